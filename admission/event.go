@@ -1,0 +1,72 @@
+package admission
+
+import (
+	"fmt"
+
+	"github.com/outboundhq/outbound/admission/circuit"
+)
+
+// Guard names one of the three guards.
+type Guard uint8
+
+const (
+	Circuit  Guard = iota + 1 // the circuit breaker
+	Rate                      // the rate limiter
+	Bulkhead                  // the bulkhead
+)
+
+func (g Guard) String() string {
+	switch g {
+	case Circuit:
+		return "circuit"
+	case Rate:
+		return "rate"
+	case Bulkhead:
+		return "bulkhead"
+	}
+	return fmt.Sprintf("Guard(%d)", uint8(g))
+}
+
+// Kind says what happened at a guard.
+type Kind uint8
+
+const (
+	Enter      Kind = iota + 1 // the guard admitted the attempt
+	Reject                     // the guard refused the attempt
+	Exit                       // the guard's permit was given back after the attempt
+	Refund                     // the rate token was given back: the attempt never reached the wire
+	Release                    // the circuit permission was given back without an outcome
+	Success                    // the circuit permission was resolved as a success
+	Failure                    // the circuit permission was resolved as a failure
+	Transition                 // the breaker changed state (Event.Transition)
+)
+
+var kindNames = [...]string{Enter: "enter", Reject: "reject", Exit: "exit", Refund: "exit(refund)",
+	Release: "release", Success: "exit(success)", Failure: "exit(failure)", Transition: "transition"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Event is one step of an attempt through the guards, or a breaker
+// transition.
+type Event struct {
+	Upstream   string
+	Guard      Guard
+	Kind       Kind
+	Err        error              // for Reject: why
+	Transition circuit.Transition // for Transition
+}
+
+// String renders the event the way the specification writes it:
+// "circuit-enter", "bulkhead-reject", "rate-exit(refund)", "circuit-release",
+// "circuit-transition(CLOSED->OPEN)".
+func (e Event) String() string {
+	if e.Kind == Transition {
+		return fmt.Sprintf("circuit-transition(%v->%v)", e.Transition.From, e.Transition.To)
+	}
+	return e.Guard.String() + "-" + e.Kind.String()
+}

@@ -1,0 +1,144 @@
+package admission_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+)
+
+// FuzzPipelinePermitsAlwaysComeBack drives random sequences of acquisitions,
+// local rejections, outcomes, releases, cancellations, panics, abandoned
+// waits and clock jumps through one pipeline, then checks that nothing
+// leaked: no permit outstanding, the bulkhead back to full capacity, every
+// rate token of an attempt that never reached the wire refunded, and no
+// HALF_OPEN trial slot lost.
+func FuzzPipelinePermitsAlwaysComeBack(f *testing.F) {
+	for _, seed := range []string{
+		"\x00\x01\x00\x02\x00\x03\x00\x04",
+		"\x00\x00\x00\x02\x02\x02\x02\x08\x0a\x00\x00\x00\x01\x01",
+		"\x00\x00\x02\x02\x00\x00\x02\x02\x08\x0b\x00\x00\x00\x05\x06\x07\x03\x03",
+		"\x05\x05\x05\x06\x07\x00\x00\x00\x09\x09\x08\xff\x00\x01",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		synctest.Test(t, func(t *testing.T) { runOps(t, ops) })
+	})
+}
+
+const fuzzBurst = 40
+
+func runOps(t *testing.T, ops []byte) {
+	r := &recorder{}
+	p := mustPipeline(t, admission.Config{
+		Upstream: "fuzz",
+		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 10 * time.Second,
+			PermittedCallsInHalfOpen: 2, MaxWaitInHalfOpen: 40 * time.Second},
+		// Practically no refill during a sequence (at most a few hours of
+		// fake time), so the tokens left are exactly the burst minus the
+		// tokens of attempts that reached the wire.
+		Rate:     ratelimit.Config{Rate: 1.0 / (1000 * 3600), Burst: fuzzBurst},
+		Bulkhead: bulkhead.Config{MaxConcurrent: 2, MaxWait: time.Second},
+		OnEvent:  r.on,
+	})
+	var held []admission.Permit
+	spent := 0 // tokens of attempts that reached the wire
+	pop := func() *admission.Permit {
+		if len(held) == 0 {
+			return nil
+		}
+		pm := &held[0]
+		held = held[1:]
+		return pm
+	}
+	for i := 0; i < len(ops); i++ {
+		switch ops[i] % 10 {
+		case 0: // an attempt is admitted or rejected
+			if pm, err := p.Acquire(context.Background()); err == nil {
+				held = append(held, pm)
+			}
+		case 1, 2, 3, 4: // the oldest attempt ends
+			pm := pop()
+			if pm == nil {
+				continue
+			}
+			switch ops[i] % 10 {
+			case 1:
+				pm.Success(time.Millisecond)
+				spent++
+			case 2:
+				pm.Failure(time.Millisecond)
+				spent++
+			case 3:
+				pm.Release()
+				spent++
+			case 4:
+				pm.Cancel()
+			}
+			pm.Release() // resolving again changes nothing
+		case 5: // the call panics; the deferred Release cleans up
+			func() {
+				defer func() { _ = recover() }()
+				pm, err := p.Acquire(context.Background())
+				if err == nil {
+					spent++
+				}
+				defer pm.Release()
+				panic("call panicked")
+			}()
+		case 6: // the caller has already given up
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if pm, err := p.Acquire(ctx); err == nil {
+				held = append(held, pm)
+			}
+		case 7: // the caller gives up while waiting for the bulkhead
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			if pm, err := p.Acquire(ctx); err == nil {
+				held = append(held, pm)
+			}
+			cancel()
+		case 8, 9: // time passes
+			d := time.Second
+			if i+1 < len(ops) {
+				i++
+				d = time.Duration(ops[i]) * time.Second / 4
+			}
+			time.Sleep(d)
+			synctest.Wait()
+		}
+	}
+	for pm := pop(); pm != nil; pm = pop() {
+		pm.Release()
+		spent++
+	}
+
+	n := checkBalanced(t, p, r.take())
+	if got, want := p.Bulkhead().InUse(), 0; got != want {
+		t.Fatalf("bulkhead in use %d", got)
+	}
+	if got, want := p.Limiter().Available(), max(0, fuzzBurst-spent); got != want {
+		t.Fatalf("tokens available %d, want %d (%d spent): a token was not refunded, or refunded twice", got, want, spent)
+	}
+	if got := n["rate-enter"] - n["rate-exit(refund)"]; got != spent {
+		t.Fatalf("%d tokens kept by the events, %d attempts reached the wire", got, spent)
+	}
+	m := p.Breaker().Metrics()
+	if m.TrialsInFlight != 0 {
+		t.Fatalf("HALF_OPEN trial slots lost: %+v", m)
+	}
+	if m.State == circuit.HalfOpen {
+		// Every free trial slot can still be taken.
+		for range 2 - m.Calls {
+			if _, err := p.Breaker().Allow(); err != nil {
+				t.Fatalf("a trial slot is missing: %v (%+v)", err, m)
+			}
+		}
+	}
+}

@@ -1,0 +1,240 @@
+// Package admission is the first step of every attempt: before an attempt may
+// touch the wire it passes the circuit breaker, then the rate limiter, then the
+// bulkhead, always in that order, and gives its permits back in reverse.
+//
+// The order is the point. An open circuit rejects before a rate token or a
+// bulkhead slot is spent, so a dead upstream does not use up the quota and the
+// concurrency that healthy upstreams need. A local rejection (rate limiter or
+// bulkhead) is never recorded as an upstream failure: the upstream never saw
+// the request, and counting our own back-pressure as its failure would open
+// the breaker of a healthy dependency. And when a later guard rejects, what the
+// earlier ones handed out comes back at once: the rate token is refunded when
+// the bulkhead rejects, and the circuit permission is released without an
+// outcome when either of them rejects, so a HALF_OPEN breaker cannot lose its
+// trial slots to local back-pressure.
+//
+// Everything an attempt holds is one Permit value, resolved exactly once.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/internal/mutate"
+)
+
+// Config configures a Pipeline: one per upstream. Each guard's zero Config
+// gives its documented defaults; a zero ratelimit.Config or bulkhead.Config
+// means "no such guard".
+type Config struct {
+	// Upstream names what the pipeline protects; it is carried by events
+	// and errors.
+	Upstream string
+
+	Circuit  circuit.Config
+	Rate     ratelimit.Config
+	Bulkhead bulkhead.Config
+
+	// OnEvent, if set, receives every event: enter, reject and exit per
+	// guard, refunds, releases, and breaker transitions. It is called
+	// outside every lock, possibly concurrently from several attempts, and
+	// transitions may arrive late, from a timer. A panic in it is
+	// recovered and the event dropped; it cannot break admission.
+	OnEvent func(Event)
+}
+
+// Pipeline admits attempts to one upstream. It is safe for concurrent use.
+type Pipeline struct {
+	upstream string
+	breaker  *circuit.Breaker
+	limiter  *ratelimit.Limiter
+	bulkhead *bulkhead.Bulkhead
+	onEvent  func(Event)
+
+	// Preallocated rejections, so that fast failure does not allocate.
+	errOpen, errHalfOpenFull, errLimited, errFull *RejectedError
+}
+
+// New validates cfg and builds the guards. Errors name the offending field.
+func New(cfg Config) (*Pipeline, error) {
+	p := &Pipeline{upstream: cfg.Upstream, onEvent: cfg.OnEvent}
+	cc := cfg.Circuit
+	if user := cc.OnStateChange; p.onEvent != nil {
+		cc.OnStateChange = func(t circuit.Transition) {
+			p.emit(Event{Upstream: p.upstream, Guard: Circuit, Kind: Transition, Transition: t})
+			if user != nil {
+				user(t)
+			}
+		}
+	}
+	var err error
+	if p.breaker, err = circuit.New(cc); err != nil {
+		return nil, fmt.Errorf("admission: Config.Circuit: %w", err)
+	}
+	if p.limiter, err = ratelimit.New(cfg.Rate); err != nil {
+		return nil, fmt.Errorf("admission: Config.Rate: %w", err)
+	}
+	if p.bulkhead, err = bulkhead.New(cfg.Bulkhead); err != nil {
+		return nil, fmt.Errorf("admission: Config.Bulkhead: %w", err)
+	}
+	rejected := func(g Guard, err error) *RejectedError {
+		return &RejectedError{Upstream: cfg.Upstream, Guard: g, Err: err}
+	}
+	p.errOpen = rejected(Circuit, circuit.ErrOpen)
+	p.errHalfOpenFull = rejected(Circuit, circuit.ErrHalfOpenFull)
+	p.errLimited = rejected(Rate, ratelimit.ErrLimited)
+	p.errFull = rejected(Bulkhead, bulkhead.ErrFull)
+	return p, nil
+}
+
+// Upstream returns the name given in Config.Upstream.
+func (p *Pipeline) Upstream() string { return p.upstream }
+
+// Breaker returns the pipeline's circuit breaker.
+func (p *Pipeline) Breaker() *circuit.Breaker { return p.breaker }
+
+// Limiter returns the pipeline's rate limiter; nil means no limit.
+func (p *Pipeline) Limiter() *ratelimit.Limiter { return p.limiter }
+
+// Bulkhead returns the pipeline's bulkhead; nil means no limit.
+func (p *Pipeline) Bulkhead() *bulkhead.Bulkhead { return p.bulkhead }
+
+// Acquire admits one attempt: circuit, then rate limiter, then bulkhead. On
+// success the Permit holds all three and must be resolved exactly once; on
+// failure nothing is held and the error is a *RejectedError naming the guard
+// (errors.Is(err, ErrRejected) holds, and the guard's own sentinel or the
+// context's error is reachable with errors.Is).
+func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
+	cp, err := p.breaker.Allow()
+	if err != nil {
+		p.event(Circuit, Reject, err)
+		if err == circuit.ErrOpen {
+			return Permit{}, p.errOpen
+		}
+		return Permit{}, p.errHalfOpenFull
+	}
+	p.event(Circuit, Enter, nil)
+	if p.limiter != nil {
+		if err := p.limiter.Acquire(ctx); err != nil {
+			p.event(Rate, Reject, err)
+			p.releaseCircuit(&cp)
+			return Permit{}, p.rejection(Rate, err)
+		}
+		p.event(Rate, Enter, nil)
+	}
+	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
+		if err := p.bulkhead.Acquire(ctx); err != nil {
+			p.event(Bulkhead, Reject, err)
+			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
+				p.limiter.Refund()
+				p.event(Rate, Refund, nil)
+			}
+			p.releaseCircuit(&cp)
+			return Permit{}, p.rejection(Bulkhead, err)
+		}
+	}
+	if p.bulkhead != nil {
+		p.event(Bulkhead, Enter, nil)
+	}
+	return Permit{p: p, circuit: cp}, nil
+}
+
+// releaseCircuit gives back the circuit permission of an attempt that a later
+// local guard rejected, without an outcome.
+func (p *Pipeline) releaseCircuit(cp *circuit.Permit) {
+	if mutate.KeepCircuitPermitOnLocalRejection.Load() {
+		return
+	}
+	cp.Release()
+	p.event(Circuit, Release, nil)
+}
+
+func (p *Pipeline) rejection(g Guard, err error) error {
+	switch err {
+	case ratelimit.ErrLimited:
+		return p.errLimited
+	case bulkhead.ErrFull:
+		return p.errFull
+	}
+	return &RejectedError{Upstream: p.upstream, Guard: g, Err: err}
+}
+
+func (p *Pipeline) event(g Guard, k Kind, err error) {
+	if p.onEvent != nil {
+		p.emit(Event{Upstream: p.upstream, Guard: g, Kind: k, Err: err})
+	}
+}
+
+func (p *Pipeline) emit(e Event) {
+	defer func() { _ = recover() }()
+	p.onEvent(e)
+}
+
+// Permit is everything one admitted attempt holds: the circuit permission,
+// the rate token and the bulkhead slot. Resolve it exactly once with Success,
+// Failure, Release or Cancel; later calls do nothing, so
+// `defer permit.Release()` right after Acquire is always safe, and gives
+// everything back on every path (including a panic).
+//
+// The zero Permit holds nothing. A Permit must not be copied after it is
+// first resolved, and must not be resolved from two goroutines at once.
+type Permit struct {
+	p       *Pipeline
+	circuit circuit.Permit
+	done    bool
+}
+
+// Success ends the attempt as an upstream success that took elapsed (the
+// breaker uses elapsed to detect slow calls).
+func (pm *Permit) Success(elapsed time.Duration) { pm.finish(Success, elapsed) }
+
+// Failure ends the attempt as an upstream failure that took elapsed.
+func (pm *Permit) Failure(elapsed time.Duration) { pm.finish(Failure, elapsed) }
+
+// Release ends an attempt that reached the wire but whose result says
+// nothing about the upstream (the caller cancelled it, for one): the breaker
+// records no outcome; the rate token stays spent.
+func (pm *Permit) Release() { pm.finish(Release, 0) }
+
+// Cancel ends an attempt that never reached the wire: the breaker records no
+// outcome and the rate token is refunded.
+func (pm *Permit) Cancel() { pm.finish(Refund, 0) }
+
+// Held reports whether the permit is still held (admitted and not resolved).
+func (pm *Permit) Held() bool { return pm.p != nil && !pm.done }
+
+func (pm *Permit) finish(k Kind, elapsed time.Duration) {
+	p := pm.p
+	if p == nil || pm.done {
+		return
+	}
+	pm.done = true
+	if p.bulkhead != nil {
+		p.bulkhead.Release()
+		p.event(Bulkhead, Exit, nil)
+	}
+	if p.limiter != nil {
+		if k == Refund {
+			p.limiter.Refund()
+			p.event(Rate, Refund, nil)
+		} else {
+			p.event(Rate, Exit, nil)
+		}
+	}
+	// The exit event goes first: a transition it causes follows it.
+	switch k {
+	case Success:
+		p.event(Circuit, k, nil)
+		pm.circuit.Success(elapsed)
+	case Failure:
+		p.event(Circuit, k, nil)
+		pm.circuit.Failure(elapsed)
+	default:
+		p.event(Circuit, Release, nil)
+		pm.circuit.Release()
+	}
+}

@@ -1,0 +1,174 @@
+// Package ratelimit is the rate-limiting guard of the admission pipeline: a
+// token bucket whose token can be given back when the attempt it was taken
+// for never reached the wire.
+//
+// The bucket is kept as GCRA (the generic cell rate algorithm): a single
+// "theoretical arrival time" updated with compare-and-swap, so taking a token
+// is one clock read and one atomic operation, with no lock, and refunding one
+// is subtracting one emission interval. It admits exactly what a token bucket
+// of the same rate and burst admits.
+//
+// Why not golang.org/x/time/rate: its refund is Reservation.Cancel, reachable
+// only through ReserveN, which returns a *Reservation that escapes to the heap
+// once kept beyond the call (one allocation per attempt), and every call takes
+// a mutex and reads the wall clock as well as the monotonic one. Together that
+// is more than the whole admission pipeline may cost (see BENCHMARKS.md).
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/internal/clock"
+)
+
+// ErrLimited is returned when no token is available now and none would be
+// within the configured wait.
+var ErrLimited = errors.New("ratelimit: rate limit exceeded")
+
+// Config configures a Limiter. The zero value means "no limit".
+type Config struct {
+	// Rate is the sustained number of tokens per second. Zero means no
+	// limit: New returns a nil *Limiter, on which every method admits.
+	Rate float64
+
+	// Burst is how many tokens may be taken at once after an idle period.
+	// Zero means one second's worth of Rate (at least 1).
+	Burst int
+
+	// MaxWait is the longest an attempt waits for a token. Zero means an
+	// attempt that finds no token is rejected at once. The wait also ends,
+	// with the context's error, when the context is done, and is not
+	// started at all when the token would come after the context's deadline.
+	MaxWait time.Duration
+}
+
+// Limiter is a token bucket with refunds. It is safe for concurrent use. A nil
+// *Limiter admits everything.
+type Limiter struct {
+	// tat is the theoretical arrival time: the instant at which the bucket
+	// would be full again if no token were taken from now on, minus one
+	// interval. A token is available at now when tat+interval-now <= tau.
+	tat      atomic.Int64
+	interval int64 // nanoseconds per token
+	tau      int64 // burst * interval
+	maxWait  int64
+}
+
+// New validates cfg and returns a Limiter, or nil (no limit) when cfg.Rate is
+// zero. Errors name the offending field.
+func New(cfg Config) (*Limiter, error) {
+	switch {
+	case !(cfg.Rate >= 0 && cfg.Rate <= 1e9):
+		return nil, fmt.Errorf("ratelimit: Config.Rate must be in [0, 1e9] per second, got %v", cfg.Rate)
+	case cfg.Burst < 0:
+		return nil, fmt.Errorf("ratelimit: Config.Burst must be >= 0, got %d", cfg.Burst)
+	case cfg.MaxWait < 0:
+		return nil, fmt.Errorf("ratelimit: Config.MaxWait must be >= 0, got %v", cfg.MaxWait)
+	case cfg.Rate == 0:
+		if cfg.Burst != 0 || cfg.MaxWait != 0 {
+			return nil, fmt.Errorf("ratelimit: Config.Burst and Config.MaxWait need a Config.Rate > 0")
+		}
+		return nil, nil
+	}
+	interval := max(1, int64(math.Round(float64(time.Second)/cfg.Rate)))
+	burst := int64(cfg.Burst)
+	if burst == 0 {
+		burst = max(1, int64(math.Ceil(cfg.Rate)))
+	}
+	if burst > math.MaxInt64/4/interval {
+		return nil, fmt.Errorf("ratelimit: Config.Burst %d is too large for Config.Rate %v", cfg.Burst, cfg.Rate)
+	}
+	l := &Limiter{interval: interval, tau: burst * interval, maxWait: int64(cfg.MaxWait)}
+	l.tat.Store(clock.Never)
+	return l, nil
+}
+
+// Acquire takes one token, waiting for it at most the configured MaxWait.
+// It returns nil, ErrLimited, or ctx.Err() unchanged; on failure no token is
+// held.
+func (l *Limiter) Acquire(ctx context.Context) error {
+	if l == nil || l.take(clock.Now()) {
+		return nil
+	}
+	return l.acquireSlow(ctx)
+}
+
+// take is the fast path: one attempt to take a token available at once.
+func (l *Limiter) take(now int64) bool {
+	old := l.tat.Load()
+	next := max(old, now) + l.interval
+	return next-now <= l.tau && l.tat.CompareAndSwap(old, next)
+}
+
+func (l *Limiter) acquireSlow(ctx context.Context) error {
+	wait, ok := l.reserve(clock.Now(), ctx)
+	if !ok {
+		return ErrLimited
+	}
+	if wait <= 0 {
+		return nil
+	}
+	return l.sleep(ctx, wait)
+}
+
+// reserve takes a token at now if one is available at once, or if one will
+// be within maxWait (and within ctx's deadline); it returns how long the
+// caller must wait before using it.
+func (l *Limiter) reserve(now int64, ctx context.Context) (wait int64, ok bool) {
+	for {
+		old := l.tat.Load()
+		next := max(old, now) + l.interval
+		wait = next - l.tau - now
+		if wait > 0 {
+			if wait > l.maxWait {
+				return 0, false
+			}
+			if d, has := ctx.Deadline(); has && time.Until(d) < time.Duration(wait) {
+				return 0, false
+			}
+		}
+		if l.tat.CompareAndSwap(old, next) {
+			return wait, true
+		}
+	}
+}
+
+func (l *Limiter) sleep(ctx context.Context, wait int64) error {
+	t := time.NewTimer(time.Duration(wait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		l.Refund()
+		return ctx.Err()
+	}
+}
+
+// Refund gives back one token taken by Acquire, for an attempt that never
+// reached the wire. Refunding a token that was not taken lets one more
+// attempt through than the rate allows; it never raises the burst.
+func (l *Limiter) Refund() {
+	if l == nil {
+		return
+	}
+	l.tat.Add(-l.interval)
+}
+
+// Available reports how many tokens could be taken at once now.
+func (l *Limiter) Available() int {
+	if l == nil {
+		return math.MaxInt
+	}
+	return l.availableAt(clock.Now())
+}
+
+func (l *Limiter) availableAt(now int64) int {
+	used := max(l.tat.Load(), now) - now
+	return int((l.tau - used) / l.interval)
+}
