@@ -386,3 +386,22 @@ func TestInvalidPipelineConfigNamesTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkheadSlotIsHeldUntilThePermitIsResolved pins the admission half of
+// rule A5: the slot is not given back when the attempt "starts answering" but
+// only when its permit is resolved (for HTTP, when the body is closed or read
+// to the end).
+func TestBulkheadSlotIsHeldUntilThePermitIsResolved(t *testing.T) {
+	p, _ := newPipeline(t, admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 2}})
+	a, b := acquire(t, p), acquire(t, p)
+	if _, err := p.Acquire(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
+		t.Fatalf("third attempt: %v, want ErrFull while two permits are held", err)
+	}
+	a.Success(0)
+	c := acquire(t, p)
+	b.Release()
+	c.Cancel()
+	if got := p.Bulkhead().InUse(); got != 0 {
+		t.Fatalf("in use %d", got)
+	}
+}
