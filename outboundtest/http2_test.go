@@ -1,0 +1,224 @@
+package outboundtest_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/net/http2"
+
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+var h2Protos = []outboundtest.Proto{outboundtest.H2C, outboundtest.H2TLS}
+
+func forEachH2(t *testing.T, fn func(t *testing.T, p outboundtest.Proto)) {
+	t.Helper()
+	for _, p := range h2Protos {
+		t.Run(p.String(), func(t *testing.T) { fn(t, p) })
+	}
+}
+
+// RefusedStream is never executed. net/http re-sends a refused GET by itself
+// (the server sees it twice); it cannot re-send a one-shot body.
+func TestRefusedStreamIsNotExecuted(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		c := newClient(t, s)
+
+		s.Enqueue(outboundtest.RefusedStream())
+		resp, _, err := do(c, "GET", s.URL, "get", nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET: %v, %v; want 200 after net/http's own retry", resp, err)
+		}
+		log := s.Log()
+		if s.Received("get") != 2 || s.Executions("get") != 1 || log[0].Executed || log[0].Fault != "RefusedStream()" || !log[1].Executed {
+			t.Fatalf("GET: received %d, executed %d, log %+v; want the refused stream not executed and the retry executed",
+				s.Received("get"), s.Executions("get"), log)
+		}
+
+		s.Enqueue(outboundtest.RefusedStream())
+		_, _, err = do(c, "POST", s.URL, "post", io.NopCloser(strings.NewReader("one-shot")))
+		if err == nil {
+			t.Fatal("POST with a one-shot body succeeded after REFUSED_STREAM")
+		}
+		if s.Received("post") != 1 || s.Executions("post") != 0 {
+			t.Errorf("POST: received %d, executed %d; want 1, 0", s.Received("post"), s.Executions("post"))
+		}
+	})
+}
+
+func TestResetStreamExecutesAndResets(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		c := newClient(t, s)
+		s.Enqueue(outboundtest.ResetStream(http2.ErrCodeInternal))
+		_, _, err := do(c, "GET", s.URL, "x", nil)
+		var se http2.StreamError
+		if !errors.As(err, &se) || se.Code != http2.ErrCodeInternal {
+			t.Fatalf("err = %v, want a stream error INTERNAL_ERROR", err)
+		}
+		if s.Executions("x") != 1 {
+			t.Errorf("Executions = %d, want 1", s.Executions("x"))
+		}
+		// The connection survives a stream reset.
+		if resp, _, err := do(c, "GET", s.URL, "y", nil); err != nil || resp.StatusCode != 200 || s.Conns() != 1 {
+			t.Errorf("next request: %v, %v on %d connections; want 200 on 1", resp, err, s.Conns())
+		}
+	})
+}
+
+// goAwayRound sends n concurrent GETs after a warm-up request, so that all of
+// them share the warm connection (connection 1), and returns their errors by
+// call id.
+func goAwayRound(t *testing.T, s *outboundtest.Server, f outboundtest.Fault, n int) map[string]error {
+	t.Helper()
+	c := newClient(t, s)
+	if _, _, err := do(c, "GET", s.URL, "warm", nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Enqueue(f)
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		id := fmt.Sprintf("call-%d", i)
+		wg.Go(func() {
+			resp, _, err := do(c, "GET", s.URL, id, nil)
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			mu.Lock()
+			errs[id] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// goAwayRecords returns the records of the streams the GoAway fault covered.
+func goAwayRecords(s *outboundtest.Server) (processed, refused []outboundtest.Record) {
+	for _, r := range s.Log() {
+		if !strings.HasPrefix(r.Fault, "GoAway(") {
+			continue
+		}
+		if r.Executed {
+			processed = append(processed, r)
+		} else {
+			refused = append(refused, r)
+		}
+	}
+	return processed, refused
+}
+
+// GoAway(3, 1, true): of three streams in flight, only the first (lowest id)
+// is executed on that connection; the GOAWAY's last stream id tells the client
+// the other two were not, so net/http re-sends them on a new connection.
+func TestGoAwayExecutesOnlyUpToLastStreamID(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		errs := goAwayRound(t, s, outboundtest.GoAway(3, 1, true), 3)
+		for id, err := range errs {
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+			if s.Executions(id) != 1 {
+				t.Errorf("%s executed %d times, want 1", id, s.Executions(id))
+			}
+		}
+		processed, refused := goAwayRecords(s)
+		if len(processed) != 1 || len(refused) != 2 {
+			t.Fatalf("processed %+v, refused %+v; want 1 and 2", processed, refused)
+		}
+		for _, r := range refused {
+			if r.StreamID <= processed[0].StreamID || r.ConnIndex != processed[0].ConnIndex {
+				t.Errorf("refused stream %+v is not above the processed one %+v on the same connection", r, processed[0])
+			}
+		}
+		if processed[0].Status != 200 {
+			t.Errorf("processed stream answered %d, want 200", processed[0].Status)
+		}
+		for _, r := range s.Log() {
+			if r.Executed && r.Fault != "Respond(200)" && r.ConnIndex == processed[0].ConnIndex && r != processed[0] {
+				t.Errorf("another stream executed on the GOAWAY connection: %+v", r)
+			}
+		}
+	})
+}
+
+// GoAway(3, 1, false): the processed stream gets no answer, the client gets an
+// error for it, and the two streams above the last id are re-sent elsewhere.
+func TestGoAwayWithoutAnswersLeavesTheProcessedStreamAmbiguous(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		errs := goAwayRound(t, s, outboundtest.GoAway(3, 1, false), 3)
+		processed, refused := goAwayRecords(s)
+		if len(processed) != 1 || len(refused) != 2 {
+			t.Fatalf("processed %+v, refused %+v; want 1 and 2", processed, refused)
+		}
+		if errs[processed[0].ID] == nil || processed[0].Status != 0 {
+			t.Errorf("the processed stream %+v got an answer", processed[0])
+		}
+		for _, r := range refused {
+			if err := errs[r.ID]; err != nil {
+				t.Errorf("%s, above the last stream id, was not re-sent: %v", r.ID, err)
+			}
+		}
+		for id := range errs {
+			if s.Executions(id) != 1 {
+				t.Errorf("%s executed %d times, want 1", id, s.Executions(id))
+			}
+		}
+	})
+}
+
+func TestGoAwayWithNothingProcessed(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		errs := goAwayRound(t, s, outboundtest.GoAway(2, 0, true), 2)
+		processed, refused := goAwayRecords(s)
+		if len(processed) != 0 || len(refused) != 2 {
+			t.Fatalf("processed %+v, refused %+v; want 0 and 2", processed, refused)
+		}
+		for id, err := range errs {
+			if err != nil || s.Executions(id) != 1 {
+				t.Errorf("%s: %v, executed %d times; want re-sent and executed once", id, err, s.Executions(id))
+			}
+		}
+	})
+}
+
+// When fewer streams than inFlight arrive, the GOAWAY goes out after the
+// safety timeout with what has arrived. This test waits for that timeout.
+func TestGoAwayFiresAfterTimeoutWithFewerStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the GoAway timeout")
+	}
+	s := newServer(t, outboundtest.H2C)
+	errs := goAwayRound(t, s, outboundtest.GoAway(5, 1, true), 1)
+	if err := errs["call-0"]; err != nil {
+		t.Fatal(err)
+	}
+	processed, refused := goAwayRecords(s)
+	if len(processed) != 1 || len(refused) != 0 {
+		t.Fatalf("processed %+v, refused %+v; want 1 and 0", processed, refused)
+	}
+}
+
+// A GOAWAY with a debug payload larger than any frame the client accepts.
+func TestGoAwayHugeDebugData(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		errs := goAwayRound(t, s, outboundtest.GoAway(1, 1, true).WithDebugData(1<<20), 1)
+		if errs["call-0"] == nil {
+			t.Fatal("the client accepted a 1 MiB GOAWAY frame")
+		}
+		if s.Executions("call-0") != 1 {
+			t.Errorf("Executions = %d, want 1", s.Executions("call-0"))
+		}
+	})
+}
