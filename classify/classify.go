@@ -1,0 +1,181 @@
+// Package classify says what a failed attempt proves about the upstream.
+//
+// Every finished attempt has a Stage (how far it got: admission, DNS, dial,
+// TLS, writing headers, writing the body, awaiting the response, reading the
+// body) and a Category (what that proves):
+//
+//   - LocalRejection: a local guard refused it; it never left the process.
+//   - NotSent: proven not processed by the upstream — no connection, not a
+//     byte of the request reached the socket, an HTTP/2 RST_STREAM with
+//     REFUSED_STREAM, or a stream above the last-stream-id of a GOAWAY
+//     (RFC 9113 §8.7).
+//   - Ambiguous: request bytes left and no status came back; the upstream may
+//     have processed it. A stream at or below a GOAWAY's last id, and any
+//     other stream reset, stay here (RFC 9113 §6.8).
+//   - Answered: a status line arrived. A body that fails after it is still
+//     Answered, with a truncated body.
+//
+// The same error value (io.EOF, ECONNRESET) appears for "nothing sent" and
+// for "processed, then the connection closed", so the classification rests on
+// the stage and on the bytes written, never on the error value alone. Where Go
+// offers only error text (two HTTP/2 GOAWAY cases), the match lives in
+// h2evidence.go, with a test per case.
+package classify
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Stage is how far an attempt got.
+type Stage uint8
+
+const (
+	StageAdmission    Stage = iota + 1 // refused by a local guard
+	StageDNS                           // resolving the host
+	StageDial                          // opening the TCP connection
+	StageTLS                           // the TLS handshake (and HTTP/2 preface)
+	StageWriteHeaders                  // writing the request line and headers
+	StageWriteBody                     // writing the request body
+	StageAwait                         // request written, awaiting the response headers
+	StageReadBody                      // status received, reading the response body
+)
+
+var stageNames = [...]string{StageAdmission: "admission", StageDNS: "dns", StageDial: "dial", StageTLS: "tls",
+	StageWriteHeaders: "write-headers", StageWriteBody: "write-body", StageAwait: "await-response", StageReadBody: "read-body"}
+
+func (s Stage) String() string {
+	if int(s) < len(stageNames) && stageNames[s] != "" {
+		return stageNames[s]
+	}
+	return fmt.Sprintf("Stage(%d)", uint8(s))
+}
+
+// Connecting reports whether s is one of the connection stages (DNS, dial,
+// TLS): no connection existed for the request.
+func (s Stage) Connecting() bool { return s == StageDNS || s == StageDial || s == StageTLS }
+
+// Category is what a finished attempt proves about the upstream.
+type Category uint8
+
+const (
+	LocalRejection Category = iota + 1 // never left the process
+	NotSent                            // proven not processed by the upstream
+	Ambiguous                          // may have been processed
+	Answered                           // the upstream replied with a status
+)
+
+var categoryNames = [...]string{LocalRejection: "LocalRejection", NotSent: "NotSent", Ambiguous: "Ambiguous", Answered: "Answered"}
+
+func (c Category) String() string {
+	if int(c) < len(categoryNames) && categoryNames[c] != "" {
+		return categoryNames[c]
+	}
+	return fmt.Sprintf("Category(%d)", uint8(c))
+}
+
+// Evidence names the fact a category rests on.
+type Evidence uint8
+
+const (
+	EvidenceLocalGuard      Evidence = iota + 1 // a local guard refused the attempt
+	EvidenceNoConnection                        // no connection was established
+	EvidenceNothingWritten                      // no byte of the request reached the socket
+	EvidenceRefusedStream                       // HTTP/2 RST_STREAM REFUSED_STREAM
+	EvidenceGoAwayAbove                         // HTTP/2 stream above the GOAWAY's last-stream-id
+	EvidenceGoAwayAtOrBelow                     // HTTP/2 stream at or below the GOAWAY's last-stream-id
+	EvidenceStreamReset                         // HTTP/2 RST_STREAM with another code
+	EvidenceBytesWritten                        // request bytes left; no status came back
+	EvidenceStatus                              // a status line arrived
+)
+
+var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
+	EvidenceNothingWritten: "nothing written", EvidenceRefusedStream: "REFUSED_STREAM",
+	EvidenceGoAwayAbove: "stream above GOAWAY last-stream-id", EvidenceGoAwayAtOrBelow: "stream at or below GOAWAY last-stream-id",
+	EvidenceStreamReset: "stream reset", EvidenceBytesWritten: "request bytes written, no status", EvidenceStatus: "status received"}
+
+func (e Evidence) String() string {
+	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {
+		return evidenceNames[e]
+	}
+	return fmt.Sprintf("Evidence(%d)", uint8(e))
+}
+
+// Sentinels, one per category, matched by *Error with errors.Is.
+var (
+	ErrLocalRejection = errors.New("attempt rejected locally: never sent")
+	ErrNotSent        = errors.New("attempt proven not processed by the upstream")
+	ErrAmbiguous      = errors.New("attempt may have been processed by the upstream")
+	ErrAnswered       = errors.New("attempt answered; the response body failed")
+)
+
+// Error is a classified failed attempt. errors.Is(err, ErrNotSent) (and the
+// other category sentinels) matches its category; Unwrap gives the cause.
+type Error struct {
+	Upstream string
+	Stage    Stage
+	Category Category
+	Evidence Evidence
+	Err      error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("outbound: %s: %s at %s (%s): %v", e.Upstream, e.Category, e.Stage, e.Evidence, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the sentinel of e's category.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrLocalRejection:
+		return e.Category == LocalRejection
+	case ErrNotSent:
+		return e.Category == NotSent
+	case ErrAmbiguous:
+		return e.Category == Ambiguous
+	case ErrAnswered:
+		return e.Category == Answered
+	}
+	return false
+}
+
+// Facts are what an attempt observed about itself when it failed without a
+// response.
+type Facts struct {
+	// Stage is how far the attempt got.
+	Stage Stage
+	// Written is the number of bytes that reached the connection's socket
+	// since the attempt started (successful writes only, below TLS).
+	Written int64
+	// Err is the error the attempt ended with.
+	Err error
+}
+
+// Failure classifies an attempt that ended without a response.
+//
+// The order of the rules: a local rejection or a missing connection proves
+// non-processing; so does HTTP/2 evidence (REFUSED_STREAM, a stream above
+// the GOAWAY's last id), and so do zero bytes written. On HTTP/2 the byte
+// count of the socket includes other streams, so a non-zero count proves
+// nothing and the stream evidence decides; with no such evidence the
+// attempt is Ambiguous.
+func Failure(f Facts) (Category, Evidence) {
+	switch {
+	case f.Stage == StageAdmission:
+		return LocalRejection, EvidenceLocalGuard
+	case f.Stage.Connecting():
+		return NotSent, EvidenceNoConnection
+	}
+	h2 := HTTP2Evidence(f.Err)
+	switch {
+	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove:
+		return NotSent, h2
+	case f.Written == 0:
+		return NotSent, EvidenceNothingWritten
+	case h2 != 0:
+		return Ambiguous, h2
+	}
+	return Ambiguous, EvidenceBytesWritten
+}

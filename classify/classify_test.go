@@ -1,0 +1,81 @@
+package classify_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"testing"
+
+	"golang.org/x/net/http2"
+
+	"github.com/outboundhq/outbound/classify"
+)
+
+func TestFailureClassification(t *testing.T) {
+	refused := http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream}
+	internal := http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal}
+	goAway := http2.GoAwayError{LastStreamID: 5}
+	above := errors.New("http2: Transport received Server's graceful shutdown GOAWAY")
+	aboveFirst := errors.New("http2: Transport received GOAWAY from server ErrCode:ENHANCE_YOUR_CALM")
+	for _, tc := range []struct {
+		name    string
+		facts   classify.Facts
+		wantCat classify.Category
+		wantEv  classify.Evidence
+	}{
+		{"local guard", classify.Facts{Stage: classify.StageAdmission, Err: errors.New("full")}, classify.LocalRejection, classify.EvidenceLocalGuard},
+		{"dns", classify.Facts{Stage: classify.StageDNS, Err: errors.New("no such host")}, classify.NotSent, classify.EvidenceNoConnection},
+		{"refused connection", classify.Facts{Stage: classify.StageDial, Err: syscall.ECONNREFUSED}, classify.NotSent, classify.EvidenceNoConnection},
+		{"tls", classify.Facts{Stage: classify.StageTLS, Err: io.EOF}, classify.NotSent, classify.EvidenceNoConnection},
+		{"EOF with nothing written", classify.Facts{Stage: classify.StageAwait, Written: 0, Err: io.EOF}, classify.NotSent, classify.EvidenceNothingWritten},
+		{"EOF after the request", classify.Facts{Stage: classify.StageAwait, Written: 120, Err: io.EOF}, classify.Ambiguous, classify.EvidenceBytesWritten},
+		{"reset while writing the body", classify.Facts{Stage: classify.StageWriteBody, Written: 4096, Err: syscall.ECONNRESET}, classify.Ambiguous, classify.EvidenceBytesWritten},
+		{"headers buffered, never flushed", classify.Facts{Stage: classify.StageWriteBody, Written: 0, Err: syscall.EPIPE}, classify.NotSent, classify.EvidenceNothingWritten},
+		{"REFUSED_STREAM", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: refused}, classify.NotSent, classify.EvidenceRefusedStream},
+		{"REFUSED_STREAM wrapped", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: fmt.Errorf("rt: %w", refused)}, classify.NotSent, classify.EvidenceRefusedStream},
+		{"other stream reset", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: internal}, classify.Ambiguous, classify.EvidenceStreamReset},
+		{"stream reset before any byte", classify.Facts{Stage: classify.StageWriteHeaders, Written: 0, Err: internal}, classify.NotSent, classify.EvidenceNothingWritten},
+		{"GOAWAY at or below", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: goAway}, classify.Ambiguous, classify.EvidenceGoAwayAtOrBelow},
+		{"GOAWAY above", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: above}, classify.NotSent, classify.EvidenceGoAwayAbove},
+		{"GOAWAY above, first stream, error code", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: aboveFirst}, classify.NotSent, classify.EvidenceGoAwayAbove},
+		{"GOAWAY text inside another message", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("x: " + above.Error())}, classify.Ambiguous, classify.EvidenceBytesWritten},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cat, ev := classify.Failure(tc.facts)
+			if cat != tc.wantCat || ev != tc.wantEv {
+				t.Fatalf("Failure(%+v) = %v (%v), want %v (%v)", tc.facts, cat, ev, tc.wantCat, tc.wantEv)
+			}
+		})
+	}
+}
+
+func TestAttemptErrorMatchesItsCategoryAndUnwrapsItsCause(t *testing.T) {
+	cause := syscall.ECONNRESET
+	err := error(&classify.Error{Upstream: "u", Stage: classify.StageAwait, Category: classify.Ambiguous,
+		Evidence: classify.EvidenceBytesWritten, Err: cause})
+	err = fmt.Errorf("call: %w", err)
+	if !errors.Is(err, classify.ErrAmbiguous) || errors.Is(err, classify.ErrNotSent) || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("errors.Is does not match the category and the cause: %v", err)
+	}
+	var ce *classify.Error
+	if !errors.As(err, &ce) || ce.Stage != classify.StageAwait {
+		t.Fatalf("errors.As: %v", err)
+	}
+	want := "outbound: u: Ambiguous at await-response (request bytes written, no status): connection reset by peer"
+	if ce.Error() != want {
+		t.Fatalf("Error() = %q\nwant %q", ce.Error(), want)
+	}
+}
+
+func TestNamesOfStagesCategoriesAndEvidence(t *testing.T) {
+	for v, want := range map[fmt.Stringer]string{
+		classify.StageWriteBody: "write-body", classify.Stage(99): "Stage(99)",
+		classify.NotSent: "NotSent", classify.Category(0): "Category(0)",
+		classify.EvidenceRefusedStream: "REFUSED_STREAM", classify.Evidence(77): "Evidence(77)",
+	} {
+		if got := v.String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}

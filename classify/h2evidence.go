@@ -1,0 +1,78 @@
+package classify
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+
+	"golang.org/x/net/http2"
+)
+
+// HTTP2Evidence extracts the HTTP/2 protocol evidence carried by err, or 0.
+//
+// It recognises:
+//   - a stream reset: http2.StreamError, which net/http's bundled copy also
+//     converts to through errors.As. REFUSED_STREAM proves the stream was not
+//     processed (RFC 9113 §8.7); any other code proves nothing.
+//   - a stream at or below a GOAWAY's last-stream-id: x/net's
+//     http2.GoAwayError, or net/http's unexported copy of it, recognised by
+//     its type name and its LastStreamID field, since it has no errors.As
+//     hook (golang/go#74578). The transport returns it only to streams it
+//     had already accepted as "at or below"; they may have been processed.
+//   - a stream above the last-stream-id: net/http and x/net abort such
+//     streams with an error that exists only as text. That text match is
+//     the only one in the library; TestGoAwayTextsOfThisGoVersion fails
+//     loudly when a Go release changes it.
+func HTTP2Evidence(err error) Evidence {
+	if err == nil {
+		return 0
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		if se.Code == http2.ErrCodeRefusedStream {
+			return EvidenceRefusedStream
+		}
+		return EvidenceStreamReset
+	}
+	var ga http2.GoAwayError
+	if errors.As(err, &ga) || bundledGoAway(err) {
+		return EvidenceGoAwayAtOrBelow
+	}
+	if goAwayAboveLastStream(err) {
+		return EvidenceGoAwayAbove
+	}
+	return 0
+}
+
+// The texts with which Go's HTTP/2 transports abort a stream whose id is
+// above the last-stream-id of a GOAWAY they received: the graceful one (or
+// any GOAWAY for a stream other than the connection's first), and the one
+// for the first stream of a connection when the GOAWAY carries an error code.
+const (
+	goAwayGracefulText = "http2: Transport received Server's graceful shutdown GOAWAY"
+	goAwayErrCodeText  = "http2: Transport received GOAWAY from server ErrCode:"
+)
+
+func goAwayAboveLastStream(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		msg := e.Error()
+		if msg == goAwayGracefulText || strings.HasPrefix(msg, goAwayErrCodeText) {
+			return true
+		}
+	}
+	return false
+}
+
+// bundledGoAway recognises net/http's unexported http2GoAwayError anywhere
+// in err's chain.
+func bundledGoAway(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		t := reflect.TypeOf(e)
+		if t.Kind() == reflect.Struct && t.Name() == "http2GoAwayError" && t.PkgPath() == "net/http" {
+			if _, ok := t.FieldByName("LastStreamID"); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
