@@ -1,0 +1,194 @@
+package attempt_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+var h2protos = []outboundtest.Proto{outboundtest.H2C, outboundtest.H2TLS}
+
+// concurrent sends n GETs at once on one connection (the server collects
+// them) and returns their outcomes with the executions of each, ordered by
+// category.
+func concurrent(t *testing.T, s *outboundtest.Server, tr http.RoundTripper, n int) ([]outcome, []int) {
+	t.Helper()
+	// Warm the connection so that all n streams share it.
+	if o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "warm")); o.status != 200 {
+		t.Fatalf("warm-up: %+v", o)
+	}
+	var wg sync.WaitGroup
+	outs := make([]outcome, n)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = t.Name() + string(rune('a'+i))
+		wg.Go(func() { outs[i] = roundTrip(tr, newRequest(t, context.Background(), s, noBody, ids[i])) })
+	}
+	wg.Wait()
+	execs := make([]int, n)
+	for i := range n {
+		execs[i] = s.Executions(ids[i])
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return outs[idx[a]].category < outs[idx[b]].category })
+	so, se := make([]outcome, n), make([]int, n)
+	for i, j := range idx {
+		so[i], se[i] = outs[j], execs[j]
+	}
+	return so, se
+}
+
+// goAwayWithThreeStreams sends three requests at once on one connection;
+// the server processes the first (lowest stream id), then sends a GOAWAY
+// whose last-stream-id is that stream's and closes the connection.
+func goAwayWithThreeStreams(t *testing.T, p outboundtest.Proto, pause time.Duration) ([]outcome, []int) {
+	t.Helper()
+	s := newServer(t, p)
+	tr := newTransport(t, s, attempt.Config{})
+	s.Enqueue(outboundtest.Respond(200), outboundtest.GoAway(3, 1, false).WithPause(pause))
+	return concurrent(t, s, tr, 3)
+}
+
+// RFC 9113 §8.7: streams above the GOAWAY's last-stream-id were not
+// processed and are safe to retry.
+func TestStreamAfterGoAwayLastIdIsPeerNotProcessed(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			outs, execs := goAwayWithThreeStreams(t, p, 0)
+			for i, o := range outs[:2] {
+				if o.category != classify.NotSent || o.evidence != classify.EvidenceGoAwayAbove || execs[i] != 0 {
+					t.Fatalf("stream above the last id: %v (%v), executed %d: %v", o.category, o.evidence, execs[i], o.err)
+				}
+			}
+		})
+	}
+}
+
+// RFC 9113 §6.8: streams up to and including the last-stream-id might have
+// been processed.
+//
+// The evidence is usually the GoAwayError, but net/http's HTTP/2 client can
+// lose it: when the server closes the connection right after the GOAWAY, a
+// stream that fails to write (an aborted stream above the last id) closes
+// the whole connection itself (cleanupWriteRequest calls ClientConn.Close),
+// and a stream still waiting for its GoAwayError gets "client connection
+// force closed" instead. It is then Ambiguous for its bytes written: the
+// category, which is what retry decisions use, is the same.
+func TestStreamAtOrBelowGoAwayLastIdStaysAmbiguous(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			outs, execs := goAwayWithThreeStreams(t, p, 0)
+			checkAtOrBelow(t, outs[2], execs[2])
+		})
+	}
+}
+
+func checkAtOrBelow(t *testing.T, o outcome, execs int) {
+	t.Helper()
+	if o.category != classify.Ambiguous || execs != 1 ||
+		(o.evidence != classify.EvidenceGoAwayAtOrBelow && o.evidence != classify.EvidenceBytesWritten) {
+		t.Fatalf("stream at the last id: %v (%v), executed %d: %v", o.category, o.evidence, execs, o.err)
+	}
+}
+
+// A reset with any code but REFUSED_STREAM proves nothing about processing.
+func TestABareStreamResetProvesNothing(t *testing.T) {
+	for _, p := range h2protos {
+		for _, code := range []http2.ErrCode{http2.ErrCodeCancel, http2.ErrCodeInternal, http2.ErrCodeProtocol, http2.ErrCodeStreamClosed} {
+			t.Run(p.String()+"/"+code.String(), func(t *testing.T) {
+				s := newServer(t, p)
+				tr := newTransport(t, s, attempt.Config{})
+				s.Enqueue(outboundtest.ResetStream(code))
+				o := roundTrip(tr, newRequest(t, context.Background(), s, replayable, "x"))
+				if o.category != classify.Ambiguous || o.evidence != classify.EvidenceStreamReset {
+					t.Fatalf("RST_STREAM %v: %v (%v): %v", code, o.category, o.evidence, o.err)
+				}
+			})
+		}
+	}
+}
+
+// TestGoAwayTextsOfThisGoVersion pins the two facts about Go's HTTP/2
+// transport that the classification relies on without a type to check: the
+// text of the error for a stream above a GOAWAY's last id, and the
+// unexported type returned to streams at or below it. A Go release that
+// changes either fails here.
+func TestGoAwayTextsOfThisGoVersion(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{})
+			s.Enqueue(outboundtest.GoAway(1, 0, false), outboundtest.GoAway(1, 1, false))
+			above := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "above"))
+			if got := classify.HTTP2Evidence(above.err); got != classify.EvidenceGoAwayAbove {
+				t.Fatalf("stream above the last id: evidence %v from %q", got, rootText(above.err))
+			}
+			below := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "below"))
+			if got := classify.HTTP2Evidence(below.err); got != classify.EvidenceGoAwayAtOrBelow {
+				t.Fatalf("stream at the last id: evidence %v from %q", got, rootText(below.err))
+			}
+		})
+	}
+}
+
+func rootText(err error) string {
+	for errors.Unwrap(err) != nil {
+		err = errors.Unwrap(err)
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestAStreamAtOrBelowGoAwayIsNeverReportedNotSent repeats the GOAWAY
+// scenario, in which net/http's own teardown races the delivery of each
+// stream's error (see TestStreamAtOrBelowGoAwayLastIdStaysAmbiguous), and
+// checks that whichever error wins, the executed stream is never reported
+// NotSent and the streams above the last id never executed.
+func TestAStreamAtOrBelowGoAwayIsNeverReportedNotSent(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			for range 25 {
+				outs, execs := goAwayWithThreeStreams(t, p, 0)
+				checkAtOrBelow(t, outs[2], execs[2])
+				if execs[0]+execs[1] != 0 {
+					t.Fatalf("streams above the last id executed: %v", execs)
+				}
+			}
+		})
+	}
+}
+
+// After a graceful GOAWAY, the streams at or below the last id are answered.
+func TestStreamsAtOrBelowGoAwayLastIdStillGetTheirAnswers(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{})
+			s.Enqueue(outboundtest.Respond(200), outboundtest.GoAway(3, 2, true).WithPause(100*time.Millisecond))
+			outs, execs := concurrent(t, s, tr, 3)
+			if o := outs[0]; o.category != classify.NotSent || execs[0] != 0 {
+				t.Fatalf("stream above the last id: %v, executed %d: %v", o.category, execs[0], o.err)
+			}
+			for i, o := range outs[1:] {
+				if o.status != 200 || execs[i+1] != 1 {
+					t.Fatalf("stream at or below the last id: %+v, executed %d", o, execs[i+1])
+				}
+			}
+		})
+	}
+}

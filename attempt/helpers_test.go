@@ -1,0 +1,138 @@
+package attempt_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+var protos = []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C, outboundtest.H2TLS}
+
+func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
+	t.Helper()
+	s := outboundtest.NewServer(p)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Transport {
+	t.Helper()
+	cfg.Transport = s.Transport()
+	tr, err := attempt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// bodyKind is how a request carries its body.
+type bodyKind int
+
+const (
+	noBody     bodyKind = iota // GET
+	replayable                 // POST with GetBody
+	oneShot                    // POST with a body that can be read once
+)
+
+func (k bodyKind) String() string { return [...]string{"GET", "POST-replayable", "POST-one-shot"}[k] }
+
+// closeTracker records whether a request body was closed.
+type closeTracker struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
+
+func newRequest(t *testing.T, ctx context.Context, s *outboundtest.Server, k bodyKind, id string) *http.Request {
+	t.Helper()
+	var req *http.Request
+	var err error
+	switch k {
+	case noBody:
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/item", nil)
+	case replayable:
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders", strings.NewReader(`{"qty":1}`))
+	case oneShot:
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders",
+			&closeTracker{Reader: bytes.NewReader([]byte(`{"qty":1}`))})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(outboundtest.IDHeader, id)
+	return req
+}
+
+// outcome is what one attempt came to, as the caller sees it.
+type outcome struct {
+	status   int
+	stage    classify.Stage
+	category classify.Category
+	evidence classify.Evidence
+	err      error
+}
+
+// roundTrip makes one attempt and reads the whole body.
+func roundTrip(tr http.RoundTripper, req *http.Request) outcome {
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return fromError(err)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	o := outcome{status: resp.StatusCode, stage: classify.StageAwait, category: classify.Answered, evidence: classify.EvidenceStatus}
+	if err != nil {
+		o = fromError(err)
+		o.status = resp.StatusCode
+	}
+	return o
+}
+
+func fromError(err error) outcome {
+	var ce *classify.Error
+	if !errors.As(err, &ce) {
+		return outcome{err: err}
+	}
+	return outcome{stage: ce.Stage, category: ce.Category, evidence: ce.Evidence, err: err}
+}
+
+// events counts admission events by their string.
+type events struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *events) on(ev admission.Event) {
+	e.mu.Lock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[ev.String()]++
+	e.mu.Unlock()
+}
+
+func (e *events) count(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[name]
+}
+
+type tlsDialer struct{}
+
+func (*tlsDialer) dial(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("unused")
+}

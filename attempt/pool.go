@@ -1,0 +1,222 @@
+package attempt
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/classify"
+)
+
+// pool holds the connections to one address. Each is an *http.ClientConn:
+// one connection with no retries of its own, so that each RoundTrip on it is
+// exactly one physical attempt.
+type pool struct {
+	t           *http.Transport
+	scheme      string
+	addr        string
+	idleTimeout time.Duration
+
+	mu      sync.Mutex
+	conns   []*conn
+	h2      bool          // the upstream answered over HTTP/2: share one connection
+	dialing chan struct{} // closed when the HTTP/2 dial in progress ends
+	closed  bool
+}
+
+type conn struct {
+	p       *pool
+	cc      *http.ClientConn
+	raw     *countingConn
+	used    atomic.Bool // has carried a request: a failure with nothing written may be the keep-alive race
+	retired atomic.Bool // out of the pool; closed when nothing is in flight
+
+	mu   sync.Mutex
+	idle *time.Timer
+}
+
+// get returns a connection with a reserved request slot, dialing one if
+// none has room. The stage of a failure is DNS, dial or TLS.
+func (p *pool) get(ctx context.Context) (*conn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		for _, c := range p.conns {
+			if c.cc.Err() == nil && c.cc.Reserve() == nil {
+				p.mu.Unlock()
+				c.busy()
+				return c, nil
+			}
+		}
+		if p.h2 && p.dialing != nil { // one HTTP/2 dial at a time
+			wait := p.dialing
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, &dialError{stage: classify.StageDial, err: ctx.Err()}
+			}
+		}
+		var done chan struct{}
+		if p.h2 {
+			done = make(chan struct{})
+			p.dialing = done
+		}
+		p.mu.Unlock()
+		c, err := p.dial(ctx)
+		if done != nil {
+			p.mu.Lock()
+			p.dialing = nil
+			p.mu.Unlock()
+			close(done)
+		}
+		return c, err
+	}
+}
+
+var errPoolClosed = errors.New("outbound: transport closed")
+
+// dialError is a failure to establish a connection, with its stage.
+type dialError struct {
+	stage classify.Stage
+	err   error
+}
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func (p *pool) dial(ctx context.Context) (*conn, error) {
+	note := &dialNote{}
+	cc, err := p.t.NewClientConn(context.WithValue(ctx, dialNoteKey{}, note), p.scheme, p.addr)
+	if err != nil {
+		stage := classify.StageTLS
+		var dns *net.DNSError
+		switch {
+		case errors.As(err, &dns):
+			stage = classify.StageDNS
+		case !note.dialed || p.scheme == "http": // no TLS: the HTTP/2 preface is part of the dial
+			stage = classify.StageDial
+		}
+		if note.conn != nil {
+			note.conn.Close()
+		}
+		return nil, &dialError{stage: stage, err: err}
+	}
+	if err := cc.Reserve(); err != nil {
+		cc.Close()
+		return nil, &dialError{stage: classify.StageTLS, err: err}
+	}
+	c := &conn{p: p, cc: cc, raw: note.conn}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		cc.Close()
+		return nil, errPoolClosed
+	}
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+	cc.SetStateHook(c.stateChanged)
+	return c, nil
+}
+
+// learnHTTP2 records that the upstream speaks HTTP/2, so that later attempts
+// share a connection instead of dialing one each.
+func (p *pool) learnHTTP2() {
+	p.mu.Lock()
+	p.h2 = true
+	p.mu.Unlock()
+}
+
+// stateChanged is the connection's state hook: a connection that can take
+// no more requests is retired; an idle one is closed after the idle timeout.
+func (c *conn) stateChanged(cc *http.ClientConn) {
+	if cc.Err() != nil || c.retired.Load() {
+		c.p.retire(c)
+		return
+	}
+	if cc.InFlight() == 0 {
+		c.mu.Lock()
+		if c.idle == nil {
+			c.idle = time.AfterFunc(c.p.idleTimeout, c.closeIfIdle)
+		} else {
+			c.idle.Reset(c.p.idleTimeout)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *conn) busy() {
+	c.mu.Lock()
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) closeIfIdle() {
+	if c.cc.InFlight() == 0 {
+		c.p.retire(c)
+	}
+}
+
+// retire takes c out of the pool, so that no new attempt uses it, and closes
+// it once no request is in flight on it.
+//
+// A connection whose Err is non-nil has already been closed by net/http,
+// which is delivering each stream's own error (a GoAwayError, a reset):
+// closing it again would only race that teardown. And InFlight reports 0 for
+// a closed connection, so "nothing in flight" cannot be told from "closed".
+// Hence only a live connection is closed here: one retired after a graceful
+// GOAWAY, whose streams at or below the last id may still be answered, is
+// closed when the state hook reports its last stream done.
+func (p *pool) retire(c *conn) {
+	p.mu.Lock()
+	for i, x := range p.conns {
+		if x == c {
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	c.retired.Store(true)
+	c.busy()
+	if c.cc.Err() == nil && c.cc.InFlight() == 0 {
+		c.cc.Close()
+	}
+}
+
+// closeIdle closes the connections that carry no request.
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	var idle []*conn
+	for _, c := range p.conns {
+		if c.cc.InFlight() == 0 {
+			idle = append(idle, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.retire(c)
+	}
+}
+
+// close closes every connection; in-flight requests are interrupted.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.busy()
+		c.cc.Close()
+	}
+}

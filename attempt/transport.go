@@ -1,0 +1,422 @@
+// Package attempt makes exactly one physical attempt per admission.
+//
+// Go's transports re-send some requests by themselves, invisibly (a reused
+// HTTP/1.1 connection closed by the server, HTTP/2 REFUSED_STREAM, GOAWAY,
+// RST_STREAM PROTOCOL_ERROR), and lose the evidence of why. Such a re-send
+// would bypass the guards and erase what the first try proved. So this package
+// does not send through http.Transport.RoundTrip: it keeps its own small pool
+// of connections per address, each an *http.ClientConn from Go 1.26's
+// Transport.NewClientConn, which never retries. One RoundTrip on a ClientConn
+// is one attempt on the wire, admitted by the circuit breaker, the rate
+// limiter and the bulkhead, and its error keeps its type (HTTP/2 stream
+// resets stay typed).
+//
+// Connections are dialed through the configured http.Transport's settings
+// (dialer, proxy, TLS, protocols), with its DialContext wrapped to count the
+// bytes that reach each socket. Under TLS the count sits below the TLS layer,
+// which is what lets ALPN still negotiate HTTP/2. A failed attempt that wrote
+// no byte is proven not sent.
+//
+// The admission permit of an answered attempt lasts until its response body
+// is read to the end or closed: the bulkhead bounds the whole exchange, and
+// the breaker records the outcome then. A body that is never closed keeps its
+// permit, as it keeps its connection in net/http: close every body.
+package attempt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/clock"
+)
+
+// ErrAttemptTimeout is the context cause a caller sets (with
+// context.WithTimeoutCause) for a per-attempt timeout. An attempt whose
+// context ended with this cause counts as an upstream failure (too slow); an
+// attempt whose context ended for any other reason was cancelled by the
+// caller and counts as neither success nor failure.
+var ErrAttemptTimeout = errors.New("outbound: attempt timed out")
+
+// Config configures a Transport. The zero value is usable.
+type Config struct {
+	// Transport supplies the settings of new connections: dialer, proxy,
+	// TLS configuration, protocols, timeouts. Nil means a clone of
+	// http.DefaultTransport. It is cloned, not used: its own connection
+	// pool is never touched. DialTLSContext is not supported (it hides the
+	// bytes written), nor is a nil DialContext replaced by anything but a
+	// net.Dialer.
+	Transport *http.Transport
+
+	// Admission is the template of every upstream's admission pipeline;
+	// Upstream is filled in per upstream.
+	Admission admission.Config
+
+	// UpstreamKey names the upstream a request is admitted against: one
+	// breaker, rate limiter and bulkhead per key. Nil means
+	// "scheme://host:port" of the URL.
+	UpstreamKey func(*http.Request) string
+
+	// IsFailure says which answered responses the breaker records as
+	// upstream failures. Nil means status 500, 502, 503 and 504.
+	IsFailure func(*http.Response) bool
+
+	// IdleConnTimeout closes a connection that has carried no request for
+	// this long. Zero means 90 seconds.
+	IdleConnTimeout time.Duration
+}
+
+// DefaultIsFailure reports whether resp has status 500, 502, 503 or 504.
+func DefaultIsFailure(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case 500, 502, 503, 504:
+		return true
+	}
+	return false
+}
+
+// Transport is an http.RoundTripper that makes exactly one physical attempt
+// per call, through the admission pipeline of the call's upstream, and
+// classifies every failure. It does not retry. It is safe for concurrent use.
+type Transport struct {
+	base        *http.Transport
+	admission   admission.Config
+	key         func(*http.Request) string
+	isFailure   func(*http.Response) bool
+	idleTimeout time.Duration
+
+	mu        sync.RWMutex
+	upstreams map[string]*admission.Pipeline
+	pools     map[string]*pool
+	closed    bool
+}
+
+// New validates cfg and returns a Transport. Errors name the offending field.
+func New(cfg Config) (*Transport, error) {
+	base := cfg.Transport
+	if base == nil {
+		base = http.DefaultTransport.(*http.Transport)
+	}
+	if base.DialTLSContext != nil || base.DialTLS != nil { //nolint:staticcheck // DialTLS is checked too
+		return nil, fmt.Errorf("attempt: Config.Transport.DialTLSContext is not supported: it would hide the bytes written")
+	}
+	if cfg.IdleConnTimeout < 0 {
+		return nil, fmt.Errorf("attempt: Config.IdleConnTimeout must be >= 0, got %v", cfg.IdleConnTimeout)
+	}
+	tmpl := cfg.Admission
+	tmpl.Upstream = "validation"
+	if _, err := admission.New(tmpl); err != nil {
+		return nil, fmt.Errorf("attempt: Config.Admission: %w", err)
+	}
+	b := base.Clone()
+	dial := b.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	b.DialContext = countingDial(dial)
+	if b.Protocols == nil {
+		b.ForceAttemptHTTP2 = true // a custom DialContext would otherwise turn HTTP/2 off
+	}
+	t := &Transport{
+		base:        b,
+		admission:   cfg.Admission,
+		key:         cfg.UpstreamKey,
+		isFailure:   cfg.IsFailure,
+		idleTimeout: cfg.IdleConnTimeout,
+		upstreams:   map[string]*admission.Pipeline{},
+		pools:       map[string]*pool{},
+	}
+	if t.key == nil {
+		t.key = DefaultUpstreamKey
+	}
+	if t.isFailure == nil {
+		t.isFailure = DefaultIsFailure
+	}
+	if t.idleTimeout == 0 {
+		t.idleTimeout = 90 * time.Second
+	}
+	return t, nil
+}
+
+// DefaultUpstreamKey returns "scheme://host:port" of the request's URL, with
+// the scheme's default port when the URL has none.
+func DefaultUpstreamKey(req *http.Request) string {
+	return req.URL.Scheme + "://" + address(req)
+}
+
+func address(req *http.Request) string {
+	host, port := req.URL.Hostname(), req.URL.Port()
+	if port == "" {
+		port = "80"
+		if req.URL.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Pipeline returns the admission pipeline of the upstream named key, creating
+// it if needed.
+func (t *Transport) Pipeline(key string) *admission.Pipeline {
+	t.mu.RLock()
+	p := t.upstreams[key]
+	t.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p = t.upstreams[key]; p == nil {
+		cfg := t.admission
+		cfg.Upstream = key
+		p, _ = admission.New(cfg) // validated in New
+		t.upstreams[key] = p
+	}
+	return p
+}
+
+func (t *Transport) pool(scheme, addr string) (*pool, error) {
+	k := scheme + "://" + addr
+	t.mu.RLock()
+	p, closed := t.pools[k], t.closed
+	t.mu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
+	if closed {
+		return nil, errPoolClosed
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errPoolClosed
+	}
+	if p = t.pools[k]; p == nil {
+		p = &pool{t: t.base, scheme: scheme, addr: addr, idleTimeout: t.idleTimeout}
+		t.pools[k] = p
+	}
+	return p, nil
+}
+
+// CloseIdleConnections closes every connection that carries no request.
+func (t *Transport) CloseIdleConnections() {
+	for _, p := range t.allPools() {
+		p.closeIdle()
+	}
+}
+
+// Close closes every connection, interrupting requests in flight; later
+// calls fail.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	for _, p := range t.allPools() {
+		p.close()
+	}
+}
+
+func (t *Transport) allPools() []*pool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	ps := make([]*pool, 0, len(t.pools))
+	for _, p := range t.pools {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// RoundTrip makes one attempt of req. It keeps the http.RoundTripper
+// contract: req is not modified, its body is closed, and any answered status
+// comes back as (resp, nil). A failed attempt returns a *classify.Error.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.Attempt(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Attempt is RoundTrip without the body rule: when the attempt fails before
+// the request reached a connection (a local rejection, or no connection
+// could be made), req.Body is left unread and open, so that a caller that
+// owns the body may use it for another attempt. In every other case the body
+// has been consumed and closed.
+func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
+	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+		return nil, fmt.Errorf("outbound: unsupported request URL %q", req.URL)
+	}
+	ctx := req.Context()
+	key := t.key(req)
+	pl := t.Pipeline(key)
+	start := clock.Now()
+	pm, err := pl.Acquire(ctx)
+	if err != nil {
+		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
+			Evidence: classify.EvidenceLocalGuard, Err: err}
+	}
+	p, err := t.pool(req.URL.Scheme, address(req))
+	var c *conn
+	if err == nil {
+		c, err = p.get(ctx)
+	}
+	if err != nil {
+		stage := classify.StageDial
+		var de *dialError
+		if errors.As(err, &de) {
+			stage = de.stage
+		}
+		if callerCancelled(ctx) || err == errPoolClosed {
+			pm.Cancel()
+		} else {
+			pm.Failure(time.Duration(clock.Now() - start))
+		}
+		return nil, &classify.Error{Upstream: key, Stage: stage, Category: classify.NotSent,
+			Evidence: classify.EvidenceNoConnection, Err: err}
+	}
+
+	tr := &tracker{}
+	before := c.raw.written.Load()
+	reused := c.used.Swap(true)
+	resp, err := c.cc.RoundTrip(req.WithContext(tr.attach(ctx)))
+	if err != nil {
+		facts := classify.Facts{Stage: tr.stage(), Written: c.raw.written.Load() - before, Err: err}
+		cat, ev := classify.Failure(facts)
+		switch {
+		case callerCancelled(ctx), ev == classify.EvidenceGoAwayAbove,
+			ev == classify.EvidenceNothingWritten && reused:
+			// Says nothing about the upstream's health: the caller gave up,
+			// the upstream shut down gracefully, or it closed an idle
+			// keep-alive connection just as we reused it.
+			pm.Release()
+		default:
+			pm.Failure(time.Duration(clock.Now() - start))
+		}
+		if c.cc.Err() != nil {
+			p.retire(c)
+		}
+		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev, Err: err}
+	}
+	if resp.ProtoMajor == 2 {
+		p.learnHTTP2()
+	}
+	elapsed := time.Duration(clock.Now() - start)
+	failed := t.isFailure(resp)
+	if resp.Body == nil || resp.Body == http.NoBody {
+		finish(&pm, failed, elapsed)
+		return resp, nil
+	}
+	resp.Body = &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
+	return resp, nil
+}
+
+func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
+	if failed {
+		pm.Failure(elapsed)
+	} else {
+		pm.Success(elapsed)
+	}
+}
+
+// callerCancelled reports whether ctx ended for a reason other than a
+// per-attempt timeout.
+func callerCancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrAttemptTimeout)
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// tracker follows an attempt's progress through the request, from the
+// httptrace hooks the connection calls (possibly from its own goroutines).
+type tracker struct {
+	st    atomic.Uint32
+	trace httptrace.ClientTrace
+}
+
+func (tr *tracker) attach(ctx context.Context) context.Context {
+	tr.st.Store(uint32(classify.StageWriteHeaders))
+	tr.trace = httptrace.ClientTrace{
+		WroteHeaders:         func() { tr.advance(classify.StageWriteBody) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { tr.advance(classify.StageAwait) },
+		GotFirstResponseByte: func() { tr.advance(classify.StageAwait) },
+	}
+	return httptrace.WithClientTrace(ctx, &tr.trace)
+}
+
+func (tr *tracker) advance(s classify.Stage) {
+	for {
+		old := tr.st.Load()
+		if old >= uint32(s) || tr.st.CompareAndSwap(old, uint32(s)) {
+			return
+		}
+	}
+}
+
+func (tr *tracker) stage() classify.Stage { return classify.Stage(tr.st.Load()) }
+
+// body holds the attempt's admission permit until the response body is read
+// to the end or closed, then records the outcome.
+type body struct {
+	rc       io.ReadCloser
+	ctx      context.Context
+	upstream string
+	failed   bool
+	elapsed  time.Duration
+
+	mu   sync.Mutex
+	pm   admission.Permit
+	done bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	switch {
+	case err == nil:
+	case err == io.EOF:
+		b.end(b.failed, false)
+	default:
+		cancelled := callerCancelled(b.ctx)
+		b.end(true, cancelled)
+		if !cancelled {
+			err = &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
+				Evidence: classify.EvidenceStatus, Err: err}
+		}
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	err := b.rc.Close()
+	b.end(b.failed, false)
+	return err
+}
+
+// end resolves the permit once: a failure, a success, or (the caller gave
+// up) a release.
+func (b *body) end(failed, release bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	if release {
+		b.pm.Release()
+		return
+	}
+	finish(&b.pm, failed, b.elapsed)
+}

@@ -1,0 +1,276 @@
+package attempt_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+var smallBreaker = circuit.Config{WindowSize: 10, MinimumCalls: 10, WaitInOpen: time.Hour}
+
+// Seed 002: an upstream that answers nothing but 503 must open its circuit.
+func TestAnUpstreamAnsweringOnly503OpensItsBreaker(t *testing.T) {
+	for _, p := range protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			s.SetDefault(outboundtest.Respond(503))
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
+			for i := range 10 {
+				if o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "x")); o.status != 503 {
+					t.Fatalf("call %d: %+v", i, o)
+				}
+			}
+			o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "after"))
+			if o.category != classify.LocalRejection || !errors.Is(o.err, circuit.ErrOpen) {
+				t.Fatalf("after ten 503s: %+v, want a rejection by the open circuit", o)
+			}
+			if s.Received("after") != 0 {
+				t.Fatal("the open circuit let the call through")
+			}
+		})
+	}
+}
+
+func TestConfiguredStatusesCountAsFailures(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	s.SetDefault(outboundtest.Respond(429))
+	tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker},
+		IsFailure: func(r *http.Response) bool { return r.StatusCode == 429 || attempt.DefaultIsFailure(r) }})
+	for range 10 {
+		roundTrip(tr, newRequest(t, context.Background(), s, noBody, "x"))
+	}
+	if st := tr.Pipeline(s.URL).Breaker().State(); st != circuit.Open {
+		t.Fatalf("state after ten 429s counted as failures: %v", st)
+	}
+}
+
+// A local bulkhead that rejects a burst against a healthy upstream never
+// opens its breaker: the upstream never saw the rejected attempts.
+func TestALocalBulkheadRejectingABurstNeverOpensAHealthyUpstreamsBreaker(t *testing.T) {
+	s := newServer(t, outboundtest.H2C)
+	s.SetDefault(outboundtest.Slow(50*time.Millisecond, 200))
+	tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker,
+		Bulkhead: bulkhead.Config{MaxConcurrent: 2}}})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	rejected := 0
+	for range 50 {
+		wg.Go(func() {
+			o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "burst"))
+			if o.category == classify.LocalRejection {
+				mu.Lock()
+				rejected++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	m := tr.Pipeline(s.URL).Breaker().Metrics()
+	if rejected < 40 || m.State != circuit.Closed || m.Failed != 0 {
+		t.Fatalf("%d rejected; breaker %+v: want most rejected and a closed breaker with no failure", rejected, m)
+	}
+}
+
+// Rule A5: the bulkhead permit covers the whole exchange, until the body is
+// closed or read to the end.
+func TestBulkheadPermitLastsUntilTheBodyIsClosedOrReadToTheEnd(t *testing.T) {
+	for _, p := range protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
+			bh := func() *bulkhead.Bulkhead { return tr.Pipeline(s.URL).Bulkhead() }
+
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "b")); !errors.Is(err, bulkhead.ErrFull) {
+				t.Fatalf("second call while the first body is unread: %v, want ErrFull", err)
+			}
+			if _, err := io.ReadAll(resp.Body); err != nil { // EOF gives the slot back, without Close
+				t.Fatal(err)
+			}
+			if n := bh().InUse(); n != 0 {
+				t.Fatalf("slots in use after reading to EOF: %d", n)
+			}
+			resp.Body.Close()
+
+			resp, err = tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "c"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close() // closing early gives it back too
+			resp.Body.Close()
+			if n := bh().InUse(); n != 0 {
+				t.Fatalf("slots in use after Close: %d", n)
+			}
+		})
+	}
+}
+
+// Rule B5 over HTTP: an attempt the caller cancels is neither a success nor
+// a failure for the breaker.
+func TestACallerCancelledAttemptIsNeitherSuccessNorFailure(t *testing.T) {
+	for _, p := range protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			s.SetDefault(outboundtest.Hang())
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
+			for range 12 {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+				o := roundTrip(tr, newRequest(t, ctx, s, noBody, "x"))
+				cancel()
+				if o.category != classify.Ambiguous || !errors.Is(o.err, context.DeadlineExceeded) {
+					t.Fatalf("cancelled attempt: %+v", o)
+				}
+			}
+			if m := tr.Pipeline(s.URL).Breaker().Metrics(); m.Calls != 0 {
+				t.Fatalf("the breaker recorded cancelled attempts: %+v", m)
+			}
+		})
+	}
+}
+
+func TestAnAttemptTimeoutIsAnUpstreamFailure(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	s.SetDefault(outboundtest.Hang())
+	tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
+	for range 3 {
+		ctx, cancel := context.WithTimeoutCause(context.Background(), 20*time.Millisecond, attempt.ErrAttemptTimeout)
+		roundTrip(tr, newRequest(t, ctx, s, noBody, "x"))
+		cancel()
+	}
+	if m := tr.Pipeline(s.URL).Breaker().Metrics(); m.Failed != 3 {
+		t.Fatalf("attempt timeouts recorded as %d failures, want 3: %+v", m.Failed, m)
+	}
+}
+
+// The RoundTripper contract: never modify the request, always close the
+// request body, return (resp, nil) for any status.
+func TestRoundTripKeepsTheRoundTripperContract(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
+
+	t.Run("any status comes back with a nil error", func(t *testing.T) {
+		for _, code := range []int{200, 404, 429, 500, 503} {
+			s.Enqueue(outboundtest.Respond(code))
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "s"))
+			if err != nil || resp.StatusCode != code {
+				t.Fatalf("status %d: resp %v err %v", code, resp, err)
+			}
+			resp.Body.Close()
+		}
+	})
+	t.Run("the request is not modified", func(t *testing.T) {
+		req := newRequest(t, context.Background(), s, replayable, "m")
+		req.Header.Set("X-Custom", "1")
+		before := snapshot(req)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if after := snapshot(req); after != before {
+			t.Fatalf("request changed:\nbefore %s\nafter  %s", before, after)
+		}
+	})
+	t.Run("the body is closed on every path", func(t *testing.T) {
+		paths := map[string]func() *http.Request{
+			"answered": func() *http.Request { return newRequest(t, context.Background(), s, oneShot, "b1") },
+			"rejected locally": func() *http.Request {
+				hold, err := tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "hold"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { hold.Body.Close() })
+				return newRequest(t, context.Background(), s, oneShot, "b2")
+			},
+			"reset after reading": func() *http.Request {
+				s.Enqueue(outboundtest.ResetAfterRead())
+				return newRequest(t, context.Background(), s, oneShot, "b3")
+			},
+		}
+		for name, mk := range paths {
+			req := mk()
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !req.Body.(*closeTracker).closed.Load() {
+				t.Errorf("%s: request body not closed (err %v)", name, err)
+			}
+		}
+	})
+	t.Run("a refused connection closes the body too", func(t *testing.T) {
+		s2 := newServer(t, outboundtest.HTTP1)
+		tr2 := newTransport(t, s2, attempt.Config{})
+		s2.Pause()
+		req := newRequest(t, context.Background(), s2, oneShot, "r")
+		if _, err := tr2.RoundTrip(req); !errors.Is(err, classify.ErrNotSent) {
+			t.Fatalf("err %v", err)
+		}
+		if !req.Body.(*closeTracker).closed.Load() {
+			t.Fatal("request body not closed")
+		}
+	})
+}
+
+func snapshot(r *http.Request) string {
+	var b strings.Builder
+	b.WriteString(r.Method + " " + r.URL.String() + " ")
+	for _, k := range slices.Sorted(maps.Keys(r.Header)) {
+		b.WriteString(k + "=" + strings.Join(r.Header[k], ",") + ";")
+	}
+	if r.Context() != context.Background() {
+		b.WriteString(" ctx")
+	}
+	return b.String()
+}
+
+func TestAttemptLeavesAnUnsentBodyUnread(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	tr := newTransport(t, s, attempt.Config{})
+	s.Pause()
+	req := newRequest(t, context.Background(), s, oneShot, "u")
+	if _, err := tr.Attempt(req); !errors.Is(err, classify.ErrNotSent) {
+		t.Fatalf("err %v", err)
+	}
+	if req.Body.(*closeTracker).closed.Load() {
+		t.Fatal("Attempt closed a body it never sent")
+	}
+	s.Resume()
+	resp, err := tr.Attempt(req) // the same one-shot body, never read, goes out now
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if s.Executions("u") != 1 {
+		t.Fatalf("executions %d", s.Executions("u"))
+	}
+}
+
+func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
+	for field, cfg := range map[string]attempt.Config{
+		"Config.IdleConnTimeout":          {IdleConnTimeout: -1},
+		"Config.Admission":                {Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: -2}}},
+		"Config.Transport.DialTLSContext": {Transport: &http.Transport{DialTLSContext: (&tlsDialer{}).dial}},
+	} {
+		if _, err := attempt.New(cfg); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("err = %v, want it to name %s", err, field)
+		}
+	}
+}
