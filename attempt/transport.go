@@ -164,6 +164,9 @@ func address(req *http.Request) string {
 	return net.JoinHostPort(host, port)
 }
 
+// UpstreamKey returns the key of the upstream req is admitted against.
+func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
+
 // Pipeline returns the admission pipeline of the upstream named key, creating
 // it if needed.
 func (t *Transport) Pipeline(key string) *admission.Pipeline {

@@ -1,0 +1,281 @@
+package outbound
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// drainLimit bounds how much of a retried answer's body is read so that its
+// connection can be reused (net/http's maxBodySlurpSize is 2 KiB).
+const drainLimit = 4 << 10
+
+// call is one call in progress.
+type call struct {
+	t      *Transport
+	req    *http.Request
+	ctx    context.Context
+	cancel context.CancelFunc // of the call's own timeout, if any
+	out    *outcome.Outcome
+	header http.Header
+
+	budget     *retry.Budget
+	idempotent bool
+	hasKey     bool
+	replayable bool         // no body, NoBody, or GetBody
+	body       *trackedBody // the body of the attempt in progress, if any
+}
+
+func newCall(t *Transport, req *http.Request) *call {
+	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header}
+	if _, has := c.ctx.Deadline(); !has && t.timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(c.ctx, t.timeout)
+	}
+	key := t.attempts.UpstreamKey(req)
+	c.out = &outcome.Outcome{Upstream: key, Method: req.Method}
+	c.budget = t.Budget(key)
+	c.idempotent = retry.Idempotent(req.Method)
+	c.hasKey = req.Header.Get("Idempotency-Key") != ""
+	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	if t.idemKeys && !c.idempotent && !c.hasKey && c.replayable {
+		c.header = req.Header.Clone()
+		if c.header == nil {
+			c.header = http.Header{}
+		}
+		c.header.Set("Idempotency-Key", newIdempotencyKey())
+		c.hasKey = true
+	}
+	return c
+}
+
+func (c *call) run() (*http.Response, error) {
+	for n := 1; ; n++ {
+		areq, acancel, err := c.attemptRequest(n)
+		if err != nil {
+			return nil, c.fail(err)
+		}
+		start := time.Now()
+		resp, err := c.t.attempts.Attempt(areq)
+		a := record(resp, err, time.Since(start))
+		final := err == nil && !c.t.retryable(resp.StatusCode)
+		c.account(a, final)
+
+		var d retry.Decision
+		if final {
+			d = retry.Decision{Reason: retry.Answered}
+		} else {
+			d = retry.Decide(c.input(n, a, resp))
+		}
+		a.Decision, a.Wait = d.Reason, d.Wait
+		c.out.Attempts = append(c.out.Attempts, a)
+
+		if !d.Retry {
+			c.out.Reason = d.Reason
+			c.out.Resolve()
+			if resp != nil {
+				resp.Body = &finalBody{ReadCloser: resp.Body, cancels: [2]context.CancelFunc{acancel, c.cancel}}
+				return resp, nil
+			}
+			acancel()
+			return nil, c.fail(err)
+		}
+		if resp != nil {
+			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+			resp.Body.Close()
+		}
+		acancel()
+		if !c.sleep(d.Wait) {
+			c.out.Reason = retry.ContextDone
+			c.out.Resolve()
+			return nil, c.fail(c.ctx.Err())
+		}
+	}
+}
+
+// attemptRequest builds the request of attempt n: the caller's request
+// (never modified) with the attempt's context, the call's header and a body
+// that can be sent.
+func (c *call) attemptRequest(n int) (*http.Request, context.CancelFunc, error) {
+	actx, acancel := c.ctx, context.CancelFunc(noop)
+	if c.t.attemptTimeout > 0 {
+		actx, acancel = context.WithTimeoutCause(c.ctx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
+	}
+	areq := c.req.WithContext(actx)
+	areq.Header = c.header
+	switch {
+	case c.req.Body == nil || c.req.Body == http.NoBody:
+	case c.body != nil && !c.body.touched():
+		// The previous attempt never sent its body: send the same one.
+		areq.Body = c.body
+	case n == 1:
+		c.body = &trackedBody{rc: c.req.Body}
+		areq.Body = c.body
+	default: // Decide allowed a retry, so the body is replayable
+		c.body.Close()
+		rc, err := c.req.GetBody()
+		if err != nil {
+			acancel()
+			return nil, nil, err
+		}
+		c.body = &trackedBody{rc: rc}
+		areq.Body = c.body
+	}
+	return areq, acancel, nil
+}
+
+func noop() {}
+
+// record describes an attempt from its result.
+func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
+	a := outcome.Attempt{Duration: d, Err: err}
+	if err == nil {
+		a.Stage, a.Category, a.Evidence, a.Status = classify.StageAwait, classify.Answered, classify.EvidenceStatus, resp.StatusCode
+		return a
+	}
+	var ce *classify.Error
+	if errors.As(err, &ce) {
+		a.Stage, a.Category, a.Evidence = ce.Stage, ce.Category, ce.Evidence
+	}
+	var re *admission.RejectedError
+	if errors.As(err, &re) {
+		a.Guard = re.Guard
+	}
+	return a
+}
+
+// account feeds the retry budget: a final answer is a success; a failure or
+// a retryable answer costs a token. Local rejections and attempts the caller
+// cancelled say nothing about the upstream.
+func (c *call) account(a outcome.Attempt, final bool) {
+	switch {
+	case final:
+		c.budget.OnSuccess()
+	case a.Category == classify.LocalRejection, c.req.Context().Err() != nil:
+	default:
+		c.budget.OnFailure()
+	}
+}
+
+func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input {
+	in := retry.Input{
+		Method:         c.req.Method,
+		IdempotencyKey: c.hasKey,
+		BodyReplayable: c.replayable || !c.body.touched(),
+		Category:       a.Category,
+		Status:         a.Status,
+		Attempts:       n,
+		MaxAttempts:    c.t.maxAttempts,
+		Backoff:        c.t.backoff.Delay(n),
+		BudgetAllows:   c.budget.Allows(),
+	}
+	if a.Category == 0 { // not classified: an invalid request, or GetBody failed
+		in.Category = classify.LocalRejection
+	}
+	if resp != nil {
+		in.RetryableStatus = c.t.retryable(resp.StatusCode)
+		if v := resp.Header.Get("Retry-After"); v != "" {
+			in.RetryAfter, in.RetryAfterCapped, in.HasRetryAfter = retry.ParseRetryAfter(v, time.Now(), c.t.maxRetryAfter)
+		}
+	}
+	if dl, ok := c.ctx.Deadline(); ok {
+		in.HasDeadline, in.Remaining = true, time.Until(dl)
+	}
+	return in
+}
+
+// sleep waits d or until the call's context ends, and reports whether it
+// waited the whole d.
+func (c *call) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return c.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// fail ends a call without an answer: the body is closed (the RoundTripper
+// contract), the call's timeout released, and the outcome returned as the
+// error.
+func (c *call) fail(err error) error {
+	if c.body != nil {
+		c.body.Close()
+	} else if c.req.Body != nil {
+		c.req.Body.Close()
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if len(c.out.Attempts) == 0 {
+		c.out.Resolve()
+	}
+	return &outcome.Error{Outcome: c.out, Err: err}
+}
+
+// trackedBody is a request body that knows whether it was read.
+type trackedBody struct {
+	rc     io.ReadCloser
+	read   atomic.Bool
+	closed sync.Once
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.rc.Read(p)
+}
+
+func (b *trackedBody) Close() error {
+	var err error
+	b.closed.Do(func() { err = b.rc.Close() })
+	return err
+}
+
+// touched reports whether b was read (a nil body was not).
+func (b *trackedBody) touched() bool { return b != nil && b.read.Load() }
+
+// finalBody is the body of the call's final answer: closing it, or reading
+// it to the end, ends the attempt's and the call's timeouts.
+type finalBody struct {
+	io.ReadCloser
+	once    sync.Once
+	cancels [2]context.CancelFunc
+}
+
+func (b *finalBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *finalBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+func (b *finalBody) release() {
+	b.once.Do(func() {
+		for _, cancel := range b.cancels {
+			if cancel != nil {
+				cancel()
+			}
+		}
+	})
+}

@@ -1,0 +1,229 @@
+// Package outbound makes outbound HTTP calls that fail correctly.
+//
+// Every physical attempt of a call passes the upstream's circuit breaker,
+// rate limiter and bulkhead (package admission), goes out as exactly one
+// attempt on the wire with no hidden transport retry (package attempt), and
+// when it fails is classified by what it proves (package classify). Another
+// attempt is made only when that is provably safe and fits the deadline
+// (package retry), and the caller learns the call's commit status —
+// committed, not committed, or unknown — as a first-class result (package
+// outcome).
+//
+// Transport is a drop-in http.RoundTripper for any *http.Client or SDK;
+// Client.Do returns the outcome alongside the response.
+package outbound
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// Config configures a Transport. The zero value is usable: Resilience4j-like
+// breaker defaults, no rate limit, no bulkhead, up to 3 attempts with
+// exponential backoff, a retry budget, no timeout beyond the request's
+// context.
+type Config struct {
+	// Transport supplies the settings of new connections (dialer, proxy,
+	// TLS, protocols, timeouts); nil means a clone of http.DefaultTransport.
+	// See attempt.Config.Transport.
+	Transport *http.Transport
+
+	// Admission is the template of every upstream's guards: circuit
+	// breaker, rate limiter, bulkhead, and the event observer.
+	Admission admission.Config
+
+	// UpstreamKey names the upstream a request belongs to: one set of
+	// guards and one retry budget per key. Nil means scheme://host:port.
+	UpstreamKey func(*http.Request) string
+
+	// IsFailure says which answers the breaker records as upstream
+	// failures. Nil means 500, 502, 503 and 504.
+	IsFailure func(*http.Response) bool
+
+	// RetryableStatus says which answers may be retried (idempotent requests
+	// only). Nil means 408, 429, 500, 502, 503 and 504.
+	RetryableStatus func(status int) bool
+
+	// MaxAttempts bounds the attempts of one call, the first included.
+	// Zero means 3; 1 disables retries.
+	MaxAttempts int
+
+	// Backoff is the wait between attempts.
+	Backoff retry.Backoff
+
+	// MaxRetryAfter is the longest Retry-After the client honours; an
+	// answer asking for longer is returned to the caller. Zero means 30s.
+	MaxRetryAfter time.Duration
+
+	// Budget is the per-upstream retry budget.
+	Budget retry.BudgetConfig
+
+	// Timeout bounds a whole call (every attempt, wait and the reading of
+	// the final body) when the request's context has no deadline. Zero
+	// means none.
+	Timeout time.Duration
+
+	// AttemptTimeout bounds each attempt, from admission until its response
+	// body is closed or read to the end. An attempt that exceeds it counts
+	// as an upstream failure. Zero means none.
+	AttemptTimeout time.Duration
+
+	// IdempotencyKeys, when true, gives every request with a
+	// non-idempotent method (POST, PATCH, …), a replayable body and no
+	// Idempotency-Key header a generated key (a UUID as a String structured
+	// field, per the IETF httpapi Idempotency-Key draft), which makes it
+	// retryable after an ambiguous failure or a retryable status. Enable it
+	// only for upstreams that honour the header. The same key is sent with
+	// every attempt of a call.
+	IdempotencyKeys bool
+
+	// IdleConnTimeout closes connections idle this long. Zero means 90s.
+	IdleConnTimeout time.Duration
+}
+
+// DefaultRetryableStatus reports whether status is 408, 429, 500, 502, 503
+// or 504.
+func DefaultRetryableStatus(status int) bool {
+	switch status {
+	case 408, 429, 500, 502, 503, 504:
+		return true
+	}
+	return false
+}
+
+// Transport is an http.RoundTripper that makes a call in as many attempts as
+// are provably safe. It keeps the RoundTripper contract: the request is not
+// modified, its body is closed, and any final answer comes back as
+// (resp, nil). A call that ends without an answer returns an *outcome.Error
+// carrying the call's outcome. It is safe for concurrent use.
+type Transport struct {
+	attempts       *attempt.Transport
+	retryable      func(int) bool
+	maxAttempts    int
+	backoff        retry.Backoff
+	maxRetryAfter  time.Duration
+	budgetCfg      retry.BudgetConfig
+	timeout        time.Duration
+	attemptTimeout time.Duration
+	idemKeys       bool
+
+	budgets sync.Map // upstream key -> *retry.Budget
+}
+
+// New validates cfg and returns a Transport. Errors name the offending field.
+func New(cfg Config) (*Transport, error) {
+	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
+		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("outbound: %w", err)
+	}
+	switch {
+	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > 100:
+		return nil, fmt.Errorf("outbound: Config.MaxAttempts must be in [0, 100], got %d", cfg.MaxAttempts)
+	case cfg.MaxRetryAfter < 0:
+		return nil, fmt.Errorf("outbound: Config.MaxRetryAfter must be >= 0, got %v", cfg.MaxRetryAfter)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("outbound: Config.Timeout must be >= 0, got %v", cfg.Timeout)
+	case cfg.AttemptTimeout < 0:
+		return nil, fmt.Errorf("outbound: Config.AttemptTimeout must be >= 0, got %v", cfg.AttemptTimeout)
+	case cfg.Backoff.Initial < 0 || cfg.Backoff.Max < 0 || cfg.Backoff.Multiplier < 0 || cfg.Backoff.Jitter > 1:
+		return nil, fmt.Errorf("outbound: Config.Backoff: Initial, Max and Multiplier must be >= 0 and Jitter <= 1, got %+v", cfg.Backoff)
+	}
+	if _, err := retry.NewBudget(cfg.Budget); err != nil {
+		return nil, fmt.Errorf("outbound: Config.Budget: %w", err)
+	}
+	t := &Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
+		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
+		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys}
+	if t.retryable == nil {
+		t.retryable = DefaultRetryableStatus
+	}
+	if t.maxAttempts == 0 {
+		t.maxAttempts = 3
+	}
+	if t.maxRetryAfter == 0 {
+		t.maxRetryAfter = 30 * time.Second
+	}
+	return t, nil
+}
+
+// Attempts returns the single-attempt layer, for inspection of the
+// upstreams' guards (Attempts().Pipeline(key)).
+func (t *Transport) Attempts() *attempt.Transport { return t.attempts }
+
+// Budget returns the retry budget of the upstream named key.
+func (t *Transport) Budget(key string) *retry.Budget {
+	if b, ok := t.budgets.Load(key); ok {
+		return b.(*retry.Budget)
+	}
+	b, _ := retry.NewBudget(t.budgetCfg) // validated in New
+	actual, _ := t.budgets.LoadOrStore(key, b)
+	return actual.(*retry.Budget)
+}
+
+// CloseIdleConnections closes the connections that carry no request.
+func (t *Transport) CloseIdleConnections() { t.attempts.CloseIdleConnections() }
+
+// Close closes every connection, interrupting calls in flight.
+func (t *Transport) Close() { t.attempts.Close() }
+
+// RoundTrip makes the call. See Transport.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, _, err := t.Do(req)
+	return resp, err
+}
+
+// Do makes the call and returns its outcome with the response or the error.
+// The outcome is complete when Do returns.
+func (t *Transport) Do(req *http.Request) (*http.Response, *outcome.Outcome, error) {
+	c := newCall(t, req)
+	resp, err := c.run()
+	return resp, c.out, err
+}
+
+// Client makes calls and tells their outcome.
+type Client struct {
+	t *Transport
+}
+
+// NewClient returns a Client over a new Transport configured by cfg.
+func NewClient(cfg Config) (*Client, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{t: t}, nil
+}
+
+// Do makes the call req and returns the response (for any status) or the
+// error, and in both cases the call's outcome: its commit status and every
+// attempt. It does not follow redirects. On an error the outcome's Commit is
+// NotCommitted or Unknown, and errors.Is(err, outcome.ErrUnknown) tells the
+// latter.
+func (c *Client) Do(req *http.Request) (*http.Response, *outcome.Outcome, error) { return c.t.Do(req) }
+
+// Transport returns the client's Transport.
+func (c *Client) Transport() *Transport { return c.t }
+
+// HTTPClient returns an *http.Client over the client's Transport, for code
+// and SDKs that take one. Its outcomes are reachable from errors with
+// errors.As(err, new(*outcome.Error)).
+func (c *Client) HTTPClient() *http.Client { return &http.Client{Transport: c.t} }
+
+// OutcomeOf returns the outcome of the call that produced err, if err came
+// from this package.
+func OutcomeOf(err error) (*outcome.Outcome, bool) {
+	var oe *outcome.Error
+	if errors.As(err, &oe) {
+		return oe.Outcome, true
+	}
+	return nil, false
+}

@@ -1,0 +1,147 @@
+// Package outcome is what a finished call tells its caller: whether the
+// upstream committed the call, and what each attempt proved.
+//
+// Commit status is a first-class result:
+//
+//   - Committed: the upstream answered (any status). The response is the
+//     result.
+//   - NotCommitted: every attempt is proven not to have been processed (a
+//     local rejection, no connection, nothing written, HTTP/2 REFUSED_STREAM
+//     or a stream above a GOAWAY's last id). Safe to send again later.
+//   - Unknown: an attempt may have been processed and no answer came back.
+//     The call may or may not have happened. Do not blindly send it again
+//     (unless it is idempotent or carries an Idempotency-Key the upstream
+//     honours): reconcile — look the resource up, query the operation's
+//     status, or let a later idempotent retry with the same key settle it.
+package outcome
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// Commit is a call's commit status.
+type Commit uint8
+
+const (
+	Committed    Commit = iota + 1 // the upstream answered
+	NotCommitted                   // proven not processed by the upstream
+	Unknown                        // may have been processed; no answer
+)
+
+func (c Commit) String() string {
+	switch c {
+	case Committed:
+		return "committed"
+	case NotCommitted:
+		return "not committed"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("Commit(%d)", uint8(c))
+}
+
+// Sentinels matched by *Error with errors.Is.
+var (
+	// ErrUnknown: the call may or may not have been processed.
+	ErrUnknown = errors.New("commit status unknown: the upstream may have processed the call")
+	// ErrNotCommitted: the upstream did not process the call.
+	ErrNotCommitted = errors.New("not committed: the upstream did not process the call")
+)
+
+// Attempt is one physical attempt of a call.
+type Attempt struct {
+	Stage    classify.Stage
+	Category classify.Category
+	Evidence classify.Evidence
+	Status   int             // for an answer
+	Guard    admission.Guard // for a local rejection: the guard that refused
+	Duration time.Duration   // until the response headers, or the failure
+	Err      error           // nil for an answer
+
+	// Decision is what was decided after this attempt, and Wait how long
+	// the call waited before the next one.
+	Decision retry.Reason
+	Wait     time.Duration
+}
+
+// Outcome is the record of a finished call.
+type Outcome struct {
+	Upstream string
+	Method   string
+	Commit   Commit
+	Attempts []Attempt
+	// Reason is why the call ended: the decision after its last attempt, or
+	// retry.ContextDone when the context ended while it waited to retry.
+	Reason retry.Reason
+}
+
+// Resolve sets o.Commit from the attempts: Committed if the last one was
+// answered, else Unknown if any may have been processed (an ambiguous
+// failure, or an answer that was retried), else NotCommitted.
+func (o *Outcome) Resolve() {
+	o.Commit = NotCommitted
+	if n := len(o.Attempts); n > 0 && o.Attempts[n-1].Category == classify.Answered {
+		o.Commit = Committed
+		return
+	}
+	for _, a := range o.Attempts {
+		if a.Category == classify.Ambiguous || a.Category == classify.Answered {
+			o.Commit = Unknown
+		}
+	}
+}
+
+// String renders the outcome on one line per attempt.
+func (o *Outcome) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s after %d attempt(s)", o.Method, o.Upstream, o.Commit, len(o.Attempts))
+	for i, a := range o.Attempts {
+		fmt.Fprintf(&b, "\n  #%d %v at %v (%v)", i+1, a.Category, a.Stage, a.Evidence)
+		if a.Status != 0 {
+			fmt.Fprintf(&b, " status %d", a.Status)
+		}
+		if a.Guard != 0 {
+			fmt.Fprintf(&b, " by the %v guard", a.Guard)
+		}
+		fmt.Fprintf(&b, " in %v -> %v", a.Duration.Round(time.Microsecond), a.Decision)
+		if a.Wait > 0 {
+			fmt.Fprintf(&b, ", waited %v", a.Wait.Round(time.Millisecond))
+		}
+	}
+	return b.String()
+}
+
+// Error is a call that ended without a response. errors.Is matches
+// ErrUnknown or ErrNotCommitted by its commit status, and, through Unwrap,
+// the last attempt's *classify.Error and its cause (or the context's error).
+type Error struct {
+	Outcome *Outcome
+	Err     error
+}
+
+func (e *Error) Error() string {
+	o := e.Outcome
+	return fmt.Sprintf("outbound: %s %s: %s after %d attempt(s) (%v): %v",
+		o.Method, o.Upstream, o.Commit, len(o.Attempts), o.Reason, e.Err)
+}
+
+// Unwrap returns the last attempt's error, or the context's.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the sentinel of the commit status.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrUnknown:
+		return e.Outcome.Commit == Unknown
+	case ErrNotCommitted:
+		return e.Outcome.Commit == NotCommitted
+	}
+	return false
+}

@@ -1,0 +1,162 @@
+// Package retry decides whether a call may make another attempt, and when.
+//
+// The decision is one pure function, Decide, of what is known after an
+// attempt: the method's idempotency, whether the body can be sent again, the
+// attempt's category, the status and its Retry-After, the time left before the
+// call's deadline, the attempts made, and the retry budget. Its rules, in the
+// order they apply:
+//
+//  1. An answer that is not a retryable status ends the call (a success, or an
+//     answer to hand back).
+//  2. A local rejection ends the call: the guards said no, and asking again at
+//     once would only spin.
+//  3. A body that cannot be produced again — a one-shot body already read — is
+//     never re-sent, whatever else holds. The library never buffers a
+//     streaming body to make it replayable.
+//  4. Proof that the upstream did not process the attempt (NotSent) allows a
+//     retry for any method, even POST: a request that was not processed has
+//     not failed (RFC 9113 §8.7).
+//  5. Otherwise (Ambiguous, or a retryable status) only an idempotent request
+//     is re-sent: an RFC 9110 idempotent method, or one carrying an
+//     Idempotency-Key header. A non-idempotent request is never re-sent after
+//     the upstream answered, whatever the status, nor after an ambiguous
+//     failure.
+//  6. Attempts are bounded.
+//  7. A Retry-After is honoured only if the wait fits before the deadline;
+//     otherwise the answer is returned at once instead of waiting in vain.
+//     One the client caps (longer than MaxRetryAfter) is declined the same
+//     way: retrying earlier than the server asked would disobey it.
+//  8. The backoff must fit before the deadline, too.
+//  9. The retry budget must allow it (see Budget), so that a dead upstream
+//     does not receive a storm of retries.
+package retry
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/outboundhq/outbound/classify"
+)
+
+// Input is what is known after an attempt.
+type Input struct {
+	// Method is the request's method; IdempotencyKey reports whether it
+	// carries an Idempotency-Key header.
+	Method         string
+	IdempotencyKey bool
+
+	// BodyReplayable reports whether the body can be sent again: no body,
+	// http.NoBody, a GetBody, or a one-shot body that was never read.
+	BodyReplayable bool
+
+	// Category of the attempt; Status and RetryAfter for an answer.
+	Category classify.Category
+	Status   int
+	// RetryableStatus reports whether Status is one that may be retried.
+	RetryableStatus bool
+	// RetryAfter is the answer's parsed Retry-After, when HasRetryAfter;
+	// RetryAfterCapped when the server asked for more than the client's cap.
+	HasRetryAfter    bool
+	RetryAfter       time.Duration
+	RetryAfterCapped bool
+
+	// Attempts made so far (at least 1) and the most allowed.
+	Attempts, MaxAttempts int
+
+	// Backoff is the wait the backoff policy proposes before the next attempt.
+	Backoff time.Duration
+
+	// Remaining is the time left before the call's deadline; HasDeadline is
+	// false when the call has none.
+	HasDeadline bool
+	Remaining   time.Duration
+
+	// BudgetAllows reports whether the retry budget allows a retry.
+	BudgetAllows bool
+}
+
+// Reason says why a decision was made.
+type Reason uint8
+
+const (
+	Retryable                Reason = iota + 1 // another attempt will be made
+	Answered                                   // an answer that is not retried (or a success)
+	LocalRejection                             // a local guard refused the attempt
+	OneShotBody                                // the body cannot be sent again
+	NotIdempotent                              // the upstream may have processed a non-idempotent request
+	AttemptsExhausted                          // MaxAttempts reached
+	RetryAfterBeyondDeadline                   // the Retry-After wait does not fit before the deadline
+	RetryAfterTooLong                          // the Retry-After wait is longer than the client's cap
+	DeadlineTooClose                           // the backoff does not fit before the deadline
+	BudgetExhausted                            // the retry budget is spent
+	ContextDone                                // the call's context ended while it waited to retry
+)
+
+var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", LocalRejection: "rejected locally",
+	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
+	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
+	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
+	BudgetExhausted: "retry budget exhausted", ContextDone: "context done while waiting to retry"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// Decision is the verdict after an attempt.
+type Decision struct {
+	Retry  bool
+	Wait   time.Duration // before the next attempt, when Retry
+	Reason Reason
+}
+
+// Idempotent reports whether method is idempotent by RFC 9110 §9.2.2.
+func Idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// Decide applies the rules of the package documentation, in order.
+func Decide(in Input) Decision {
+	no := func(r Reason) Decision { return Decision{Reason: r} }
+	switch in.Category {
+	case classify.Answered:
+		if !in.RetryableStatus {
+			return no(Answered)
+		}
+	case classify.LocalRejection:
+		return no(LocalRejection)
+	}
+	if !in.BodyReplayable {
+		return no(OneShotBody)
+	}
+	if in.Category != classify.NotSent && !Idempotent(in.Method) && !in.IdempotencyKey {
+		return no(NotIdempotent)
+	}
+	if in.Attempts >= in.MaxAttempts {
+		return no(AttemptsExhausted)
+	}
+	wait := max(in.Backoff, 0)
+	if in.Category == classify.Answered && in.HasRetryAfter {
+		if in.RetryAfterCapped {
+			return no(RetryAfterTooLong)
+		}
+		if in.HasDeadline && in.RetryAfter >= in.Remaining {
+			return no(RetryAfterBeyondDeadline)
+		}
+		wait = max(wait, in.RetryAfter)
+	}
+	if in.HasDeadline && wait >= in.Remaining {
+		return no(DeadlineTooClose)
+	}
+	if !in.BudgetAllows {
+		return no(BudgetExhausted)
+	}
+	return Decision{Retry: true, Wait: wait, Reason: Retryable}
+}
