@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/outboundhq/outbound/internal/drill"
+)
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func drillCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var only stringList
+	fs.Var(&only, "scenario", "run only this scenario (repeatable); see --list")
+	list := fs.Bool("list", false, "list the scenarios and exit")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
+	htmlPath := fs.String("html", "", "also write a self-contained HTML report with timelines to this file")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: outbound drill [flags]
+
+Starts a faulty upstream on loopback (HTTP/1.1, h2c, h2 over TLS) and runs
+scripted scenarios through a client built from the library: an outage with
+recovery under local back-pressure, a 503 storm, resets before and after
+processing, REFUSED_STREAM, GOAWAY, Retry-After beyond the deadline, a
+streamed one-shot PUT, a burst against a dead upstream. Each scenario states
+what a correct client must do, what happened, and a verdict. The exit status
+is 1 if any verdict fails.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "outbound drill: unexpected argument %q (did you mean --scenario %s?)\n", fs.Arg(0), fs.Arg(0))
+		return exitUsage
+	}
+	if *list {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, s := range drill.Scenarios() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Proto, s.Title)
+		}
+		tw.Flush()
+		return exitOK
+	}
+	opts := drill.Options{Only: only, Version: version()}
+	tty := isTerminal(stdout)
+	if tty && !*asJSON {
+		opts.Progress = func(i, n int, s drill.Scenario) {
+			fmt.Fprintf(stdout, "\r\033[K[%d/%d] %s …", i+1, n, s.Name)
+		}
+	}
+	r, err := drill.Run(context.Background(), opts)
+	if tty && !*asJSON {
+		fmt.Fprint(stdout, "\r\033[K")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "outbound drill:", err)
+		return exitUsage
+	}
+	if *htmlPath != "" {
+		if err := writeHTML(*htmlPath, r); err != nil {
+			fmt.Fprintln(stderr, "outbound drill: writing the HTML report:", err)
+			return exitFailed
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintln(stderr, "outbound drill:", err)
+			return exitFailed
+		}
+	} else {
+		printReport(stdout, r)
+		if *htmlPath != "" {
+			fmt.Fprintf(stdout, "\nHTML report: %s\n", *htmlPath)
+		}
+	}
+	if !r.Passed {
+		return exitFailed
+	}
+	return exitOK
+}
+
+func writeHTML(path string, r *drill.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := drill.WriteHTML(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// printReport writes the text report: per scenario what must happen, what
+// did, and the verdict; then a summary table.
+func printReport(w io.Writer, r *drill.Report) {
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(w, "%s  %s (%s)\n  %s\n  must: %s\n", verdict(s.Passed), s.Name, s.Protocol, s.Title, s.Expect)
+		for _, c := range s.Checks {
+			mark := "ok "
+			if !c.Passed {
+				mark = "BAD"
+			}
+			fmt.Fprintf(w, "    [%s] %s: want %s, got %s\n", mark, c.What, c.Want, c.Got)
+		}
+		var states []string
+		for _, t := range s.Transitions {
+			states = append(states, fmt.Sprintf("%s@%.0fms", t.To, t.AtMs))
+		}
+		if len(states) > 0 {
+			fmt.Fprintf(w, "    breaker: CLOSED -> %s\n", strings.Join(states, " -> "))
+		}
+		fmt.Fprintln(w)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tPROTO\tVERDICT\tCALLS\tEXECUTED\tATTEMPTS answered/not-sent/ambiguous/local\tCOMMITS c/n/u\tRETRIES\tTIME")
+	for _, s := range r.Scenarios {
+		a, c := s.Attempts, s.Commits
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d/%d/%d/%d\t%d/%d/%d\t%d\t%.0fms\n", s.Name, s.Protocol, verdict(s.Passed),
+			s.Calls, s.Executions, a["Answered"], a["NotSent"], a["Ambiguous"], a["LocalRejection"],
+			c["committed"], c["not committed"], c["unknown"], s.Retries, s.Millis)
+	}
+	tw.Flush()
+	passed := 0
+	for _, s := range r.Scenarios {
+		if s.Passed {
+			passed++
+		}
+	}
+	fmt.Fprintf(w, "\n%s: %d of %d scenarios passed in %.1fs\n", verdict(r.Passed), passed, len(r.Scenarios), r.Millis/1000)
+}

@@ -1,0 +1,285 @@
+// Package drill runs scripted failure scenarios against the in-process
+// fault upstream (outboundtest) through a client built from the library, and
+// judges each against what a correct client must do. It is the engine of
+// `outbound drill`.
+package drill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// Scenario is one scripted situation.
+type Scenario struct {
+	Name   string
+	Title  string
+	Expect string
+	Proto  outboundtest.Proto
+	run    func(e *env)
+}
+
+// Options select and observe a drill run.
+type Options struct {
+	// Only, if not empty, runs the scenarios with these names.
+	Only []string
+	// Progress, if set, is called before each scenario.
+	Progress func(i, n int, s Scenario)
+	// Version is recorded in the report.
+	Version string
+}
+
+// Run runs the scenarios and returns the report. It returns an error only
+// for unknown scenario names.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	var list []Scenario
+	if len(opts.Only) == 0 {
+		list = Scenarios()
+	} else {
+		for _, name := range opts.Only {
+			s, ok := Find(name)
+			if !ok {
+				return nil, fmt.Errorf("no scenario %q (outbound drill --list shows them)", name)
+			}
+			list = append(list, s)
+		}
+	}
+	r := &Report{Version: opts.Version, GoVersion: runtime.Version(), Started: time.Now(), Passed: true}
+	for i, s := range list {
+		if opts.Progress != nil {
+			opts.Progress(i, len(list), s)
+		}
+		res := runOne(ctx, s)
+		r.Passed = r.Passed && res.Passed
+		r.Scenarios = append(r.Scenarios, res)
+	}
+	r.Millis = ms(time.Since(r.Started))
+	return r, nil
+}
+
+// Find returns the scenario named name.
+func Find(name string) (Scenario, bool) {
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+func runOne(ctx context.Context, s Scenario) ScenarioResult {
+	e := &env{ctx: ctx, sc: s, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
+		Protocol: s.Proto.String(), Expect: s.Expect, Attempts: map[string]int{}, Commits: map[string]int{},
+		Rejections: map[string]int{}}}
+	e.srv = outboundtest.NewServer(s.Proto)
+	defer func() {
+		if e.client != nil {
+			e.client.Transport().Close()
+		}
+		e.srv.Close()
+	}()
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				e.check("the scenario runs to its end", "no panic", fmt.Sprint(p), false)
+			}
+		}()
+		s.run(e)
+	}()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.res.Executions = e.srv.TotalExecutions()
+	e.res.Millis = ms(time.Since(e.start))
+	e.res.Passed = len(e.res.Checks) > 0
+	for _, c := range e.res.Checks {
+		e.res.Passed = e.res.Passed && c.Passed
+	}
+	return e.res
+}
+
+// env is a scenario's world: the upstream, the client, and the record.
+type env struct {
+	ctx    context.Context
+	sc     Scenario
+	srv    *outboundtest.Server
+	client *outbound.Client
+	start  time.Time
+
+	mu  sync.Mutex
+	res ScenarioResult
+}
+
+// newClient builds the scenario's client; breaker transitions go to the
+// timeline.
+func (e *env) newClient(cfg outbound.Config) *outbound.Client {
+	cfg.Transport = e.srv.Transport()
+	user := cfg.Admission.OnEvent
+	cfg.Admission.OnEvent = func(ev admission.Event) {
+		if ev.Kind == admission.Transition {
+			e.mu.Lock()
+			e.res.Transitions = append(e.res.Transitions, Transition{AtMs: e.now(), From: ev.Transition.From.String(),
+				To: ev.Transition.To.String(), Reason: ev.Transition.Reason.String()})
+			e.mu.Unlock()
+		}
+		if user != nil {
+			user(ev)
+		}
+	}
+	c, err := outbound.NewClient(cfg)
+	if err != nil {
+		panic(err)
+	}
+	e.client = c
+	return c
+}
+
+func (e *env) now() float64 { return ms(time.Since(e.start)) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// req describes one call.
+type req struct {
+	method  string
+	id      string
+	body    string
+	oneShot bool
+	stream  int64 // a one-shot body of this many zero bytes
+	header  []string
+	timeout time.Duration
+}
+
+// result is what a call came to.
+type result struct {
+	status  int
+	out     *outcome.Outcome
+	err     error
+	elapsed time.Duration
+}
+
+// call makes one call and records it on the timeline.
+func (e *env) call(r req) result {
+	var body io.Reader
+	switch {
+	case r.stream > 0:
+		body = io.NopCloser(io.LimitReader(zeros{}, r.stream))
+	case r.body != "" && r.oneShot:
+		body = io.NopCloser(strings.NewReader(r.body))
+	case r.body != "":
+		body = strings.NewReader(r.body)
+	}
+	ctx := e.ctx
+	if r.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+	}
+	hr, err := http.NewRequestWithContext(ctx, r.method, e.srv.URL+"/"+r.id, body)
+	if err != nil {
+		panic(err)
+	}
+	if r.stream > 0 {
+		hr.ContentLength = r.stream
+	}
+	hr.Header.Set(outboundtest.IDHeader, r.id)
+	for i := 0; i+1 < len(r.header); i += 2 {
+		hr.Header.Set(r.header[i], r.header[i+1])
+	}
+	startMs, start := e.now(), time.Now()
+	resp, out, err := e.client.Do(hr)
+	res := result{out: out, err: err}
+	if resp != nil {
+		res.status = resp.StatusCode
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	res.elapsed = time.Since(start)
+	e.record(startMs, out)
+	return res
+}
+
+func (e *env) record(startMs float64, out *outcome.Outcome) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.res.Calls++
+	e.res.Commits[out.Commit.String()]++
+	e.res.Retries += max(len(out.Attempts)-1, 0)
+	at := startMs
+	for _, a := range out.Attempts {
+		ev := Event{AtMs: at, Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
+			Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous}
+		if a.Guard != 0 {
+			ev.Guard = a.Guard.String()
+			e.res.Rejections[ev.Guard]++
+		}
+		e.res.Attempts[ev.Category]++
+		e.res.Events = append(e.res.Events, ev)
+		at += ms(a.Duration + a.Wait)
+	}
+}
+
+// check records a verdict.
+func (e *env) check(what, want, got string, pass bool) {
+	e.mu.Lock()
+	e.res.Checks = append(e.res.Checks, Check{What: what, Want: want, Got: got, Passed: pass})
+	e.mu.Unlock()
+}
+
+// checkInt records a verdict on a count.
+func (e *env) checkInt(what string, got int, ok func(int) bool, want string) {
+	e.check(what, want, fmt.Sprint(got), ok(got))
+}
+
+// waitState waits, boundedly, until the breaker of the scenario's upstream
+// is in state st.
+func (e *env) waitState(st circuit.State, limit time.Duration) bool {
+	b := e.breaker()
+	deadline := time.Now().Add(limit)
+	for b.State() != st {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func (e *env) breaker() *circuit.Breaker {
+	return e.client.Transport().Attempts().Pipeline(e.srv.URL).Breaker()
+}
+
+func (e *env) reached(st circuit.State) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.res.Transitions {
+		if t.To == st.String() {
+			return true
+		}
+	}
+	return false
+}
+
+// zeros is an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// noBackoff keeps scenarios fast where the wait between attempts does not
+// matter to the verdict.
+var noBackoff = retry.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Jitter: -1}
+
+func eq(want int) func(int) bool   { return func(got int) bool { return got == want } }
+func atMost(n int) func(int) bool  { return func(got int) bool { return got <= n } }
+func atLeast(n int) func(int) bool { return func(got int) bool { return got >= n } }

@@ -1,0 +1,709 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+)
+
+// The synthetic report of these tests has three scenarios: a seed-000-like
+// recovery (CLOSED → OPEN → HALF_OPEN → CLOSED, about fifty attempts of
+// every category), a failed one whose title carries markup, and one with no
+// attempts at all.
+const (
+	synthSeedName   = "seed-000-recovery-under-backpressure"
+	synthFailedName = "h2-goaway-midstream"
+	synthIdleName   = "idle-upstream"
+	synthEvilTitle  = `Retries after <script>alert("drill")</script> a GOAWAY & friends`
+)
+
+func synthReport() *Report {
+	return &Report{
+		Version:   "v0.0.0-test",
+		GoVersion: runtime.Version(),
+		Started:   time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC),
+		Millis:    2817.4,
+		Passed:    false,
+		Scenarios: []ScenarioResult{synthSeed000(), synthFailed(), synthIdle()},
+	}
+}
+
+// synthSeed000 mimics seed 000: the upstream fails, the breaker opens and
+// rejects calls locally, then lets trial calls through in HALF_OPEN while the
+// rate limiter pushes back, and closes again once the trials succeed.
+func synthSeed000() ScenarioResult {
+	s := ScenarioResult{
+		Name:     synthSeedName,
+		Title:    "The breaker recovers while the local guards push back",
+		Protocol: "H2C",
+		Expect:   "Open on the burst of 503s, fail fast while OPEN, give back the circuit permit of every locally rejected trial so HALF_OPEN can close again.",
+		Passed:   true,
+		Millis:   1300,
+		Checks: []Check{
+			{What: "breaker opened", Want: "CLOSED→OPEN", Got: "CLOSED→OPEN at 180 ms", Passed: true},
+			{What: "breaker closed again", Want: "HALF_OPEN→CLOSED", Got: "at 1010 ms", Passed: true},
+			{What: "executions ≤ attempts sent", Want: "≤ 38", Got: "35", Passed: true},
+		},
+		Transitions: []Transition{
+			{AtMs: 180, From: "CLOSED", To: "OPEN", Reason: "failure rate 60% ≥ 50%"},
+			{AtMs: 680, From: "OPEN", To: "HALF_OPEN", Reason: "wait in OPEN elapsed"},
+			{AtMs: 1010, From: "HALF_OPEN", To: "CLOSED", Reason: "trial calls succeeded"},
+		},
+		Retries: 14,
+	}
+	add := func(call int, at, ms float64, cat string, status int, guard string, failure bool) {
+		s.Events = append(s.Events, Event{AtMs: at, Millis: ms, Call: call, Category: cat, Status: status, Guard: guard, Failure: failure})
+	}
+	call := 0
+	// CLOSED: healthy, then a burst of 503s with one retry each.
+	for i := 0; i < 10; i++ {
+		call++
+		at := 8 + float64(i)*16
+		switch {
+		case i < 4:
+			add(call, at, 9, "Answered", 200, "", false)
+		case i == 6:
+			add(call, at, 40, "Ambiguous", 0, "", true)
+		default:
+			add(call, at, 6, "Answered", 503, "", true)
+			add(call, at+14, 6, "Answered", 503, "", true)
+		}
+	}
+	// OPEN: calls fail fast; a few are not sent (the connection was gone).
+	for i := 0; i < 12; i++ {
+		call++
+		at := 200 + float64(i)*40
+		if i%4 == 3 {
+			add(call, at, 3, "NotSent", 0, "", false)
+		}
+		add(call, at+4, 0.1, "LocalRejection", 0, "circuit", false)
+	}
+	// HALF_OPEN: the rate limiter rejects some trials before one gets through.
+	for i := 0; i < 8; i++ {
+		call++
+		at := 690 + float64(i)*38
+		if i%2 == 0 {
+			add(call, at, 0.2, "LocalRejection", 0, "rate", false)
+			at += 12
+		}
+		add(call, at, 11, "Answered", 200, "", false)
+	}
+	// CLOSED again.
+	for i := 0; i < 6; i++ {
+		call++
+		add(call, 1030+float64(i)*40, 8, "Answered", 200, "", false)
+	}
+	s.Calls = call
+	s.Executions = 35
+	s.Attempts = map[string]int{}
+	s.Commits = map[string]int{"committed": 24, "not committed": 11, "unknown": 1}
+	s.Rejections = map[string]int{"circuit": 12, "rate": 4, "bulkhead": 0}
+	for _, e := range s.Events {
+		s.Attempts[e.Category]++
+	}
+	return s
+}
+
+func synthFailed() ScenarioResult {
+	s := ScenarioResult{
+		Name:     synthFailedName,
+		Title:    synthEvilTitle,
+		Protocol: "H2TLS",
+		Expect:   "Retry the requests the server never processed (stream id above the GOAWAY's last stream id), and only those.",
+		Passed:   false,
+		Millis:   420.5,
+		Checks: []Check{
+			{What: "unprocessed streams retried", Want: "4", Got: "4", Passed: true},
+			{What: "processed streams not retried", Want: "0 retries", Got: "2 retries <b>twice</b>", Passed: false},
+		},
+		Calls: 8, Executions: 10, Retries: 6,
+		Attempts:   map[string]int{"Answered": 8, "NotSent": 4, "Ambiguous": 2},
+		Commits:    map[string]int{"committed": 6, "not committed": 0, "unknown": 2},
+		Rejections: map[string]int{},
+	}
+	for call := 1; call <= 8; call++ {
+		at := float64(call) * 30
+		switch call % 4 {
+		case 0:
+			s.Events = append(s.Events, Event{AtMs: at, Millis: 25, Call: call, Category: "Ambiguous", Failure: true},
+				Event{AtMs: at + 40, Millis: 12, Call: call, Category: "Answered", Status: 200})
+		case 1:
+			s.Events = append(s.Events, Event{AtMs: at, Millis: 2, Call: call, Category: "NotSent"},
+				Event{AtMs: at + 5, Millis: 10, Call: call, Category: "Answered", Status: 200})
+		default:
+			s.Events = append(s.Events, Event{AtMs: at, Millis: 14, Call: call, Category: "Answered", Status: 200})
+		}
+	}
+	return s
+}
+
+func synthIdle() ScenarioResult {
+	return ScenarioResult{
+		Name:     synthIdleName,
+		Title:    "No traffic: nothing to draw",
+		Protocol: "HTTP1",
+		Expect:   "Do nothing.",
+		Passed:   true,
+		Checks:   []Check{{What: "no attempts", Want: "0", Got: "0", Passed: true}},
+	}
+}
+
+// synthBusy has n attempts of every kind, spread at random over 10 s.
+func synthBusy(name string, n int) ScenarioResult {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := ScenarioResult{Name: name, Title: "busy", Protocol: "HTTP1", Passed: true, Millis: 10000, Calls: n}
+	for i := 0; i < n; i++ {
+		e := Event{AtMs: rng.Float64() * 9990, Millis: rng.Float64() * 8, Call: i + 1}
+		switch i % 5 {
+		case 0:
+			e.Category, e.Status = "Answered", 200
+		case 1:
+			e.Category, e.Status, e.Failure = "Answered", 503, true
+		case 2:
+			e.Category = "NotSent"
+		case 3:
+			e.Category, e.Failure = "Ambiguous", true
+		case 4:
+			e.Category, e.Guard = "LocalRejection", "rate"
+		}
+		s.Events = append(s.Events, e)
+	}
+	s.Transitions = []Transition{{AtMs: 3000, From: "CLOSED", To: "OPEN"}, {AtMs: 6000, From: "OPEN", To: "HALF_OPEN"}}
+	return s
+}
+
+func renderHTML(t *testing.T, r *Report) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, r); err != nil {
+		t.Fatalf("WriteHTML: %v", err)
+	}
+	return buf.Bytes()
+}
+
+func parseHTML(t *testing.T, page []byte) *html.Node {
+	t.Helper()
+	doc, err := html.Parse(bytes.NewReader(page))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return doc
+}
+
+// find returns the elements under n, in document order, for which match
+// holds.
+func domFind(n *html.Node, match func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	for c := range n.Descendants() {
+		if c.Type == html.ElementNode && match(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func domTag(name string) func(*html.Node) bool {
+	return func(n *html.Node) bool { return n.Data == name }
+}
+
+func domAttr(n *html.Node, key string) (string, bool) {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val, true
+		}
+	}
+	return "", false
+}
+
+func domHasClass(n *html.Node, class string) bool {
+	v, _ := domAttr(n, "class")
+	for _, c := range strings.Fields(v) {
+		if c == class {
+			return true
+		}
+	}
+	return false
+}
+
+func domText(n *html.Node) string {
+	var b strings.Builder
+	for c := range n.Descendants() {
+		if c.Type == html.TextNode {
+			b.WriteString(c.Data)
+		}
+	}
+	return b.String()
+}
+
+func domSections(doc *html.Node) []*html.Node {
+	return domFind(doc, func(n *html.Node) bool { return n.Data == "section" && domHasClass(n, "scenario") })
+}
+
+// domMarks returns what an SVG draws for the attempts: marks, or the bars
+// of a histogram.
+func domMarks(svg *html.Node) []*html.Node {
+	var out []*html.Node
+	for _, g := range domFind(svg, func(n *html.Node) bool { return n.Data == "g" && domHasClass(n, "marks") }) {
+		out = append(out, domFind(g, domTag("rect"))...)
+	}
+	return out
+}
+
+func TestWriteHTMLIsOneSelfContainedPageWithASVGPerScenario(t *testing.T) {
+	r := synthReport()
+	page := renderHTML(t, r)
+	t.Logf("test report: %d bytes of HTML", len(page))
+	doc := parseHTML(t, page)
+
+	secs := domSections(doc)
+	if len(secs) != len(r.Scenarios) {
+		t.Fatalf("%d scenario sections, want %d", len(secs), len(r.Scenarios))
+	}
+	for i, sec := range secs {
+		if id, _ := domAttr(sec, "id"); id != r.Scenarios[i].Name {
+			t.Errorf("section %d has id %q, want the scenario name %q", i, id, r.Scenarios[i].Name)
+		}
+		svgs := domFind(sec, domTag("svg"))
+		if len(svgs) != 1 {
+			t.Fatalf("section %s has %d <svg>, want 1", r.Scenarios[i].Name, len(svgs))
+		}
+		band := domFind(svgs[0], func(n *html.Node) bool { return n.Data == "g" && domHasClass(n, "band") })
+		if len(band) != 1 || len(domFind(band[0], domTag("rect"))) == 0 {
+			t.Errorf("section %s: no breaker band", r.Scenarios[i].Name)
+		}
+		if got, want := len(domMarks(svgs[0])), len(r.Scenarios[i].Events); got != want {
+			t.Errorf("section %s: %d marks, want one per attempt (%d)", r.Scenarios[i].Name, got, want)
+		}
+		for _, m := range domMarks(svgs[0]) {
+			if len(domFind(m, domTag("title"))) != 1 {
+				t.Fatalf("section %s: a mark without a <title> tooltip", r.Scenarios[i].Name)
+			}
+		}
+	}
+	if n := len(domFind(doc, domTag("svg"))); n != len(r.Scenarios) {
+		t.Errorf("%d <svg> in the page, want %d", n, len(r.Scenarios))
+	}
+	// The HTML parser forgives unbalanced tags; XML does not. Each SVG is
+	// well-formed on its own, so it could also be cut out of the page.
+	svgRE := regexp.MustCompile(`(?s)<svg .*?</svg>`)
+	for i, svg := range svgRE.FindAll(page, -1) {
+		d := xml.NewDecoder(bytes.NewReader(svg))
+		for {
+			_, err := d.Token()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("SVG %d is not well-formed XML: %v", i, err)
+			}
+		}
+	}
+
+	// Self-contained: nothing is loaded from anywhere, links only point
+	// inside the page, and there is exactly one (inline) script.
+	for _, n := range domFind(doc, func(*html.Node) bool { return true }) {
+		if _, ok := domAttr(n, "src"); ok {
+			t.Errorf("<%s> has a src attribute", n.Data)
+		}
+		if h, ok := domAttr(n, "href"); ok && !strings.HasPrefix(h, "#") {
+			t.Errorf("<%s> links outside the page: %q", n.Data, h)
+		}
+		if n.Data == "link" || n.Data == "iframe" || n.Data == "img" {
+			t.Errorf("external-resource element <%s>", n.Data)
+		}
+	}
+	if n := len(domFind(doc, domTag("script"))); n != 1 {
+		t.Errorf("%d <script> elements, want 1", n)
+	}
+	if n := len(domFind(doc, func(n *html.Node) bool { v, _ := domAttr(n, "id"); return v == "render-check" })); n != 1 {
+		t.Errorf("%d render-check elements, want 1", n)
+	}
+}
+
+func TestWriteHTMLShowsTheVerdicts(t *testing.T) {
+	r := synthReport()
+	doc := parseHTML(t, renderHTML(t, r))
+
+	h1 := domFind(doc, domTag("h1"))
+	if len(h1) != 1 {
+		t.Fatalf("%d <h1>, want 1", len(h1))
+	}
+	if !strings.Contains(domText(h1[0]), "FAILED") {
+		t.Fatalf("header does not say FAILED: %q", domText(h1[0]))
+	}
+	meta := domFind(doc, func(n *html.Node) bool { return n.Data == "p" && domHasClass(n, "meta") })
+	if len(meta) == 0 || !strings.Contains(domText(meta[0]), "2 scenarios passed, 1 failed") {
+		t.Errorf("header does not count the scenarios: %q", domText(meta[0]))
+	}
+	for _, want := range []string{r.Version, r.GoVersion, "2026-03-14 09:26:53 UTC", "2.82 s"} {
+		if !strings.Contains(domText(meta[0]), want) {
+			t.Errorf("header lacks %q: %q", want, domText(meta[0]))
+		}
+	}
+
+	rows := domFind(domFind(doc, func(n *html.Node) bool { return n.Data == "table" && domHasClass(n, "summary") })[0], domTag("tr"))
+	if len(rows) != 1+len(r.Scenarios) {
+		t.Fatalf("summary has %d rows, want a header and %d", len(rows), len(r.Scenarios))
+	}
+	for i, want := range []string{"PASSED", "FAILED", "PASSED"} {
+		row := domText(rows[i+1])
+		if !strings.Contains(row, r.Scenarios[i].Name) || !strings.Contains(row, want) {
+			t.Errorf("summary row %d = %q, want %s and %s", i, row, r.Scenarios[i].Name, want)
+		}
+	}
+	if row := domText(rows[1]); !strings.Contains(row, "24 / 11 / 1") || !strings.Contains(row, "circuit 12, rate 4, bulkhead 0") {
+		t.Errorf("summary row of %s lacks commits or rejections: %q", synthSeedName, row)
+	}
+
+	// The failed check is marked as such in the failed scenario's section.
+	failed := domSections(doc)[1]
+	var fails int
+	for _, tr := range domFind(failed, domTag("tr")) {
+		if domHasClass(tr, "failed") {
+			fails++
+			if !strings.Contains(domText(tr), "processed streams not retried") {
+				t.Errorf("wrong check marked failed: %q", domText(tr))
+			}
+		}
+	}
+	if fails != 1 {
+		t.Errorf("%d failed checks shown, want 1", fails)
+	}
+
+	r.Passed = true
+	if h1 := domFind(parseHTML(t, renderHTML(t, r)), domTag("h1")); !strings.Contains(domText(h1[0]), "PASSED") {
+		t.Errorf("header of a passing report: %q", domText(h1[0]))
+	}
+}
+
+func TestWriteHTMLEscapesReportText(t *testing.T) {
+	page := renderHTML(t, synthReport())
+	if bytes.Contains(page, []byte("<script>alert")) || bytes.Contains(page, []byte("<b>twice")) {
+		t.Fatal("markup from the report reached the page unescaped")
+	}
+	doc := parseHTML(t, page)
+	for _, s := range domFind(doc, domTag("script")) {
+		if strings.Contains(domText(s), "alert") {
+			t.Fatal("the scenario title became a script")
+		}
+	}
+	// The title is still shown, as text.
+	if sec := domSections(doc)[1]; !strings.Contains(domText(sec), synthEvilTitle) {
+		t.Errorf("the title %q is not shown as text", synthEvilTitle)
+	}
+}
+
+func TestBreakerBandFollowsTheTransitions(t *testing.T) {
+	s := synthSeed000()
+	got := stateSpans(s.Transitions, scenarioEnd(&s))
+	want := []stateSpan{
+		{0, 180, "CLOSED", "initial state"},
+		{180, 680, "OPEN", "failure rate 60% ≥ 50%"},
+		{680, 1010, "HALF_OPEN", "wait in OPEN elapsed"},
+		{1010, 1300, "CLOSED", "trial calls succeeded"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("spans\n got %v\nwant %v", got, want)
+	}
+
+	// In the page: the same four segments, coloured and named.
+	band := domFind(domFind(domSections(parseHTML(t, renderHTML(t, synthReport())))[0], domTag("svg"))[0],
+		func(n *html.Node) bool { return n.Data == "g" && domHasClass(n, "band") })[0]
+	var classes []string
+	for _, r := range domFind(band, domTag("rect")) {
+		c, _ := domAttr(r, "class")
+		classes = append(classes, c)
+	}
+	if fmt.Sprint(classes) != "[s-closed s-open s-half s-closed]" {
+		t.Errorf("band segments %v", classes)
+	}
+	for _, name := range []string{"CLOSED", "OPEN", "HALF_OPEN"} {
+		if !strings.Contains(domText(band), name) {
+			t.Errorf("band does not name %s", name)
+		}
+	}
+
+	// No transitions: one CLOSED segment over the whole scenario; the end is
+	// the last attempt's end when that is after the duration.
+	s = ScenarioResult{Millis: 100, Events: []Event{{AtMs: 90, Millis: 30}}}
+	if got := stateSpans(nil, scenarioEnd(&s)); fmt.Sprint(got) != "[{0 120 CLOSED initial state}]" {
+		t.Errorf("no transitions: %v", got)
+	}
+}
+
+func TestTimelineStaysReadableFromZeroToThousandsOfAttempts(t *testing.T) {
+	one := ScenarioResult{Name: "one", Passed: true, Millis: 50, Calls: 1,
+		Events: []Event{{AtMs: 10, Millis: 0.01, Call: 1, Category: "Answered", Status: 200}}}
+	many := synthBusy("many", maxMarks)
+	for i := range many.Events {
+		many.Events[i].Call = i/10 + 1 // calls of 10 attempts
+	}
+	many.Calls = maxMarks / 10
+	busy := synthBusy("busy", 10000)
+	r := &Report{Scenarios: []ScenarioResult{synthIdle(), one, many, busy}}
+	page := renderHTML(t, r)
+	t.Logf("0, 1, %d and 10000 attempts: %d bytes of HTML", maxMarks, len(page))
+	doc := parseHTML(t, page)
+	secs := domSections(doc)
+
+	idle := domFind(secs[0], domTag("svg"))[0]
+	if len(domMarks(idle)) != 0 || !strings.Contains(domText(idle), "no attempts recorded") {
+		t.Errorf("empty scenario: %d marks, text %q", len(domMarks(idle)), domText(idle))
+	}
+	if ticks := domFind(idle, func(n *html.Node) bool { return n.Data == "g" && domHasClass(n, "tk") }); len(domFind(ticks[0], domTag("text"))) < 2 {
+		t.Error("empty scenario: no time axis")
+	}
+
+	m := domMarks(domFind(secs[1], domTag("svg"))[0])
+	if len(m) != 1 {
+		t.Fatalf("one attempt: %d marks", len(m))
+	}
+	if w, _ := domAttr(m[0], "width"); w != "2" {
+		t.Errorf("a 0.01 ms attempt is %s units wide, want the minimum 2", w)
+	}
+
+	// Up to maxMarks, one mark per attempt, on at most maxRows lanes.
+	svg := domFind(secs[2], domTag("svg"))[0]
+	if n := len(domMarks(svg)); n != maxMarks {
+		t.Errorf("%d attempts drawn as %d marks", maxMarks, n)
+	}
+	if caption := domText(domFind(secs[2], domTag("figcaption"))[0]); !strings.Contains(caption, fmt.Sprintf("%d calls packed into %d lanes", maxMarks/10, maxRows)) {
+		t.Errorf("caption: %q", caption)
+	}
+
+	// Beyond, a histogram of a bounded number of bars.
+	svg = domFind(secs[3], domTag("svg"))[0]
+	if n := len(domMarks(svg)); n == 0 || n > histBuckets*len(markKinds) {
+		t.Errorf("10000 attempts drawn as %d marks, want 1..%d", n, histBuckets*len(markKinds))
+	}
+	caption := domText(domFind(secs[3], domTag("figcaption"))[0])
+	if !strings.Contains(caption, "10000 attempts") || !strings.Contains(caption, "each column counts the attempts") {
+		t.Errorf("caption does not say how the attempts are drawn: %q", caption)
+	}
+	// The histogram leaves no attempt out: its bars add up to all of them.
+	var counted int
+	for _, bar := range domMarks(svg) {
+		var n int
+		if _, err := fmt.Sscan(domText(bar), &n); err != nil {
+			t.Fatalf("bar title %q: %v", domText(bar), err)
+		}
+		counted += n
+	}
+	if counted != 10000 {
+		t.Errorf("histogram counts %d attempts, want 10000", counted)
+	}
+	if len(page) > 400<<10 {
+		t.Errorf("page is %d KB, want at most 400", len(page)>>10)
+	}
+}
+
+// A report of the expected shape, ten scenarios of a few hundred attempts,
+// stays a few hundred KB.
+func TestPageSizeOfATypicalReport(t *testing.T) {
+	r := synthReport()
+	r.Scenarios = nil
+	for i := 0; i < 10; i++ {
+		r.Scenarios = append(r.Scenarios, synthBusy(fmt.Sprintf("scenario-%02d", i), 300))
+	}
+	page := renderHTML(t, r)
+	t.Logf("10 scenarios × 300 attempts: %d KB of HTML", len(page)>>10)
+	if len(page) > 500<<10 {
+		t.Errorf("page is %d KB, want at most 500", len(page)>>10)
+	}
+}
+
+func TestNiceTicks(t *testing.T) {
+	for _, c := range []struct {
+		end  float64
+		want string
+	}{
+		{1300, "[0 ms 200 ms 400 ms 600 ms 800 ms 1000 ms 1200 ms]"},
+		{420.5, "[0 ms 100 ms 200 ms 300 ms 400 ms]"},
+		{10000, "[0 s 2 s 4 s 6 s 8 s 10 s]"},
+		{1, "[0.0 ms 0.2 ms 0.4 ms 0.6 ms 0.8 ms 1.0 ms]"},
+		{2817.4, "[0.0 s 0.5 s 1.0 s 1.5 s 2.0 s 2.5 s]"},
+	} {
+		var labels []string
+		for _, tk := range niceTicks(c.end, 6) {
+			labels = append(labels, tk.label)
+		}
+		if got := "[" + strings.Join(labels, " ") + "]"; got != c.want {
+			t.Errorf("niceTicks(%v) = %s, want %s", c.end, got, c.want)
+		}
+	}
+}
+
+func TestWriteHTMLNilReport(t *testing.T) {
+	if err := WriteHTML(&bytes.Buffer{}, nil); err == nil {
+		t.Fatal("no error for a nil report")
+	}
+}
+
+// TestHTMLReportRendersInChromium opens the page in headless Chromium and
+// reads back what the page's own script found: every scenario section has a
+// laid-out SVG with its breaker band. It also takes a screenshot.
+//
+// With OUTBOUND_SCREENSHOT=<file.png> it also writes a screenshot of the
+// seed-000 scenario there (docs/drill-seed000.png is made this way). The
+// scenario comes from the synthetic report, or from the JSON report named by
+// OUTBOUND_SCREENSHOT_REPORT (the output of a real drill run): its scenario
+// whose name starts with "seed-000", or else its first.
+func TestHTMLReportRendersInChromium(t *testing.T) {
+	browser := findChromium()
+	if browser == "" {
+		t.Skip("no Chromium on PATH: install the Debian package chromium (apt-get install -y chromium) to run this test")
+	}
+	dir := t.TempDir()
+	page := filepath.Join(dir, "report.html")
+	if err := os.WriteFile(page, renderHTML(t, synthReport()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	dom := runChromium(t, browser, "--virtual-time-budget=5000", "--dump-dom", fileURL(page))
+	check := domFind(parseHTML(t, dom), func(n *html.Node) bool { v, _ := domAttr(n, "id"); return v == "render-check" })
+	if len(check) != 1 {
+		t.Fatalf("no render-check element in the DOM Chromium dumped:\n%.2000s", dom)
+	}
+	scenarios, _ := domAttr(check[0], "data-scenarios")
+	svgs, _ := domAttr(check[0], "data-svgs")
+	if scenarios != "3" || svgs != "3" {
+		t.Fatalf("render check: data-scenarios=%q data-svgs=%q, want 3 and 3 (%q)", scenarios, svgs, domText(check[0]))
+	}
+
+	shot := filepath.Join(dir, "shot.png")
+	screenshot(t, browser, page, shot, "1280,1600")
+	if fi, err := os.Stat(shot); err != nil || fi.Size() <= 10<<10 {
+		t.Fatalf("screenshot %s: %v, want more than 10 KB", shot, statSize(fi, err))
+	}
+
+	if out := os.Getenv("OUTBOUND_SCREENSHOT"); out != "" {
+		writeSeedScreenshot(t, browser, out)
+	}
+}
+
+// writeSeedScreenshot renders a report holding only the seed-000 scenario,
+// so that its section is what the screenshot shows, and saves it to out (a
+// relative path is relative to this package's directory).
+func writeSeedScreenshot(t *testing.T, browser, out string) {
+	r := synthReport()
+	if src := os.Getenv("OUTBOUND_SCREENSHOT_REPORT"); src != "" {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = new(Report)
+		if err := json.Unmarshal(data, r); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if len(r.Scenarios) == 0 {
+			t.Fatalf("%s has no scenarios", src)
+		}
+	}
+	pick := r.Scenarios[0]
+	for _, s := range r.Scenarios {
+		if strings.HasPrefix(s.Name, "seed-000") {
+			pick = s
+			break
+		}
+	}
+	r.Scenarios = []ScenarioResult{pick}
+	r.Passed = pick.Passed
+
+	page := filepath.Join(t.TempDir(), "seed.html")
+	if err := os.WriteFile(page, renderHTML(t, r), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := filepath.Abs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, browser, page, out, "1280,1240")
+	t.Logf("wrote a screenshot of %s to %s", pick.Name, out)
+}
+
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func fileURL(path string) string {
+	return (&url.URL{Scheme: "file", Path: path}).String()
+}
+
+func screenshot(t *testing.T, browser, page, out, size string) {
+	t.Helper()
+	runChromium(t, browser, "--virtual-time-budget=5000", "--hide-scrollbars",
+		"--screenshot="+out, "--window-size="+size, fileURL(page))
+	if _, err := os.Stat(out); err != nil {
+		t.Fatalf("Chromium wrote no screenshot: %v", err)
+	}
+}
+
+// runChromium runs one headless Chromium with a fresh profile and returns
+// its standard output. Everything that would reach the network at start-up
+// is switched off, so the test runs offline.
+func runChromium(t *testing.T, browser string, args ...string) []byte {
+	t.Helper()
+	// Not t.TempDir: Chromium's helper processes can still be writing into
+	// the profile for a moment after the browser exits, which would make
+	// t.TempDir's cleanup fail the test. Removal is best effort.
+	profile, err := os.MkdirTemp("", "outbound-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(profile)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args = append([]string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", // containers often have a tiny /dev/shm
+		"--user-data-dir=" + profile,
+	}, args...)
+	cmd := exec.CommandContext(ctx, browser, args...)
+	// Helpers that inherit stdout could keep Output waiting after the
+	// browser is gone; WaitDelay bounds that.
+	cmd.WaitDelay = 5 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v (timeout: %v)\n%s", browser, strings.Join(args, " "), err, ctx.Err(), lastLines(stderr.String(), 20))
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func statSize(fi os.FileInfo, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%d bytes", fi.Size())
+}

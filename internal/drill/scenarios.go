@@ -1,0 +1,262 @@
+package drill
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// Scenarios returns the drill's scenarios, in the order they run.
+func Scenarios() []Scenario {
+	list := []Scenario{
+		{Name: "seed-000-recovery-under-backpressure", Proto: outboundtest.HTTP1,
+			Title:  "Outage and recovery while local back-pressure rejects the HALF_OPEN trial attempts",
+			Expect: "The breaker opens during the outage; in HALF_OPEN the rate limiter and the bulkhead reject trial attempts, and each rejection gives its trial slot back, so once the upstream is back the breaker closes again.",
+			run:    seed000},
+		{Name: "503-storm", Proto: outboundtest.H2C,
+			Title:  "An upstream that answers nothing but 503",
+			Expect: "The breaker sees the answers, not only transport errors: it opens, and later calls fail fast without reaching the upstream.",
+			run:    storm503},
+	}
+	for _, p := range []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C, outboundtest.H2TLS} {
+		list = append(list,
+			Scenario{Name: "reset-before-processing-" + protoSuffix(p), Proto: p,
+				Title:  "The connection is reset as the request arrives, before the upstream processes it",
+				Expect: "The GET is retried and succeeds. The POST, whose bytes left, may have been processed as far as the client can tell: it is not re-sent and its commit status is unknown (the upstream executed it 0 times).",
+				run:    resetBefore},
+			Scenario{Name: "reset-after-processing-" + protoSuffix(p), Proto: p,
+				Title:  "The connection is reset after the upstream processed the request",
+				Expect: "The GET is retried. The POST is not re-sent: commit status unknown, executed once. A POST with an Idempotency-Key is retried.",
+				run:    resetAfter},
+		)
+	}
+	list = append(list,
+		Scenario{Name: "refused-stream", Proto: outboundtest.H2C,
+			Title:  "HTTP/2 RST_STREAM REFUSED_STREAM on a POST",
+			Expect: "REFUSED_STREAM proves the stream was not processed: the POST is retried and committed, executed exactly once.",
+			run:    refusedStream},
+		Scenario{Name: "goaway-below-and-above", Proto: outboundtest.H2TLS,
+			Title:  "HTTP/2 GOAWAY while three POSTs are in flight; the last-stream-id covers the first",
+			Expect: "The two streams above the last-stream-id were not processed: retried and committed, executed once each. The one at or below it may have been processed: not re-sent, commit status unknown, executed once.",
+			run:    goAway},
+		Scenario{Name: "retry-after-beyond-deadline", Proto: outboundtest.HTTP1,
+			Title:  "503 with Retry-After: 30 on a call with a 2 s deadline",
+			Expect: "The wait cannot fit before the deadline: the 503 comes back at once, after one attempt.",
+			run:    retryAfterBeyondDeadline},
+		Scenario{Name: "one-shot-streamed-put", Proto: outboundtest.H2C,
+			Title:  "A 16 MiB streamed PUT with a one-shot body, answered 503",
+			Expect: "A one-shot body is never re-sent, even for PUT, and never buffered: one attempt, executed once, the heap stays flat.",
+			run:    oneShotPut},
+		Scenario{Name: "dead-upstream-burst", Proto: outboundtest.HTTP1,
+			Title:  "A burst of 60 calls against an upstream that fails everything",
+			Expect: "The retry budget stops the retry storm: a handful of retries in all, not three per call.",
+			run:    deadBurst},
+	)
+	return list
+}
+
+func protoSuffix(p outboundtest.Proto) string {
+	return map[outboundtest.Proto]string{outboundtest.HTTP1: "http1", outboundtest.H2C: "h2c", outboundtest.H2TLS: "h2tls"}[p]
+}
+
+func seed000(e *env) {
+	e.newClient(outbound.Config{
+		Admission: admission.Config{
+			Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 300 * time.Millisecond,
+				PermittedCallsInHalfOpen: 2, MaxWaitInHalfOpen: -1}, // no reclaim by time: the releases alone must do it
+			Rate:     ratelimit.Config{Rate: 10, Burst: 4},
+			Bulkhead: bulkhead.Config{MaxConcurrent: 1},
+		},
+		MaxAttempts: 1,
+	})
+	// The outage.
+	e.srv.Pause()
+	for i := range 4 {
+		e.call(req{method: "GET", id: fmt.Sprintf("outage-%d", i)})
+	}
+	e.check("the breaker opens during the outage", "OPEN", e.breaker().State().String(), e.breaker().State() == circuit.Open)
+	before := e.srv.TotalReceived()
+	for i := range 3 {
+		e.call(req{method: "GET", id: fmt.Sprintf("open-%d", i)})
+	}
+	e.checkInt("calls reaching the upstream while OPEN", e.srv.TotalReceived()-before, eq(0), "0")
+
+	// The wait passes; the upstream comes back, slow, and traffic returns
+	// in a burst that the local bulkhead and rate limiter cannot take.
+	halfOpen := e.waitState(circuit.HalfOpen, 2*time.Second)
+	e.check("the breaker moves to HALF_OPEN after its wait", "HALF_OPEN", e.breaker().State().String(), halfOpen)
+	e.srv.Resume()
+	e.srv.SetDefault(outboundtest.Slow(200*time.Millisecond, 200))
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() { e.call(req{method: "GET", id: fmt.Sprintf("burst-%d", i)}) })
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	e.mu.Lock()
+	local := e.res.Rejections["rate"] + e.res.Rejections["bulkhead"]
+	e.mu.Unlock()
+	e.checkInt("trial attempts rejected by the local rate limiter or bulkhead", local, atLeast(3), ">= 3")
+
+	// Healthy traffic at the pace the rate limiter allows.
+	e.srv.SetDefault(outboundtest.Respond(200))
+	for i := range 6 {
+		time.Sleep(120 * time.Millisecond)
+		e.call(req{method: "GET", id: fmt.Sprintf("after-%d", i)})
+	}
+	st := e.breaker().State()
+	e.check("the breaker closes again once the upstream is back", "CLOSED", st.String(), st == circuit.Closed)
+	m := e.breaker().Metrics()
+	e.checkInt("trial permits still held at the end", m.TrialsInFlight, eq(0), "0")
+}
+
+func storm503(e *env) {
+	e.newClient(outbound.Config{
+		Admission:   admission.Config{Circuit: circuit.Config{WindowSize: 10, MinimumCalls: 10, WaitInOpen: time.Minute}},
+		MaxAttempts: 1,
+	})
+	e.srv.SetDefault(outboundtest.Respond(503))
+	for i := range 30 {
+		e.call(req{method: "GET", id: fmt.Sprintf("c%d", i)})
+	}
+	e.check("the breaker opens", "OPEN", e.breaker().State().String(), e.breaker().State() == circuit.Open)
+	e.checkInt("calls that reached the upstream", e.srv.TotalReceived(), eq(10), "10 (the window), then none")
+	e.mu.Lock()
+	fast := e.res.Rejections["circuit"]
+	e.mu.Unlock()
+	e.checkInt("calls failed fast by the open circuit", fast, eq(20), "20")
+}
+
+func resetBefore(e *env) {
+	e.newClient(outbound.Config{Backoff: noBackoff})
+	e.srv.Enqueue(outboundtest.ResetBeforeRead())
+	get := e.call(req{method: "GET", id: "get"})
+	e.check("the GET is retried and answered", "200 after 2 attempts", fmt.Sprintf("%d after %d attempts", get.status, len(get.out.Attempts)),
+		get.status == 200 && len(get.out.Attempts) == 2)
+	e.srv.Enqueue(outboundtest.ResetBeforeRead())
+	post := e.call(req{method: "POST", id: "post", body: `{"order":1}`})
+	e.check("the POST is not re-sent", "1 attempt", fmt.Sprint(len(post.out.Attempts)), len(post.out.Attempts) == 1)
+	e.check("the POST's commit status", "unknown (bytes left; the client cannot know)", post.out.Commit.String(),
+		post.out.Commit == outcome.Unknown && errors.Is(post.err, outcome.ErrUnknown))
+	e.checkInt("executions of the POST", e.srv.Executions("post"), atMost(1), "at most 1")
+}
+
+func resetAfter(e *env) {
+	e.newClient(outbound.Config{Backoff: noBackoff})
+	e.srv.Enqueue(outboundtest.ResetAfterRead())
+	get := e.call(req{method: "GET", id: "get"})
+	e.check("the GET is retried and answered", "200", fmt.Sprint(get.status), get.status == 200)
+	e.srv.Enqueue(outboundtest.ResetAfterRead())
+	post := e.call(req{method: "POST", id: "post", body: `{"order":1}`})
+	e.check("the POST's commit status", "unknown", post.out.Commit.String(), post.out.Commit == outcome.Unknown)
+	e.checkInt("executions of the POST", e.srv.Executions("post"), eq(1), "exactly 1")
+	e.srv.Enqueue(outboundtest.ResetAfterRead())
+	keyed := e.call(req{method: "POST", id: "keyed", body: `{"order":2}`, header: []string{"Idempotency-Key", `"k-1"`}})
+	e.check("the POST with an Idempotency-Key is retried and answered", "200", fmt.Sprint(keyed.status), keyed.status == 200)
+}
+
+func refusedStream(e *env) {
+	e.newClient(outbound.Config{Backoff: noBackoff})
+	e.srv.Enqueue(outboundtest.RefusedStream())
+	post := e.call(req{method: "POST", id: "post", body: `{"order":1}`})
+	e.check("the POST is retried after the proof", "200 after 2 attempts", fmt.Sprintf("%d after %d attempts", post.status, len(post.out.Attempts)),
+		post.status == 200 && len(post.out.Attempts) == 2)
+	e.check("its commit status", "committed", post.out.Commit.String(), post.out.Commit == outcome.Committed)
+	e.checkInt("executions of the POST", e.srv.Executions("post"), eq(1), "exactly 1")
+}
+
+func goAway(e *env) {
+	e.newClient(outbound.Config{Backoff: noBackoff})
+	e.call(req{method: "GET", id: "warm-up"}) // one connection for the three streams
+	e.srv.Enqueue(outboundtest.GoAway(3, 1, false))
+	var wg sync.WaitGroup
+	results := make([]result, 3)
+	for i := range 3 {
+		wg.Go(func() { results[i] = e.call(req{method: "POST", id: fmt.Sprintf("post-%d", i), body: `{"order":1}`}) })
+	}
+	wg.Wait()
+	committed, unknown := 0, 0
+	for i, r := range results {
+		switch r.out.Commit {
+		case outcome.Committed:
+			committed++
+		case outcome.Unknown:
+			unknown++
+		}
+		e.checkInt(fmt.Sprintf("executions of POST %d", i), e.srv.Executions(fmt.Sprintf("post-%d", i)), eq(1), "exactly 1")
+	}
+	e.checkInt("POSTs above the last-stream-id, retried and committed", committed, eq(2), "2")
+	e.checkInt("POSTs at or below it, commit status unknown", unknown, eq(1), "1")
+}
+
+func retryAfterBeyondDeadline(e *env) {
+	e.newClient(outbound.Config{})
+	e.srv.Enqueue(outboundtest.Respond(503, "Retry-After", "30"))
+	r := e.call(req{method: "GET", id: "get", timeout: 2 * time.Second})
+	e.check("the 503 comes back", "503 after 1 attempt", fmt.Sprintf("%d after %d attempt(s)", r.status, len(r.out.Attempts)),
+		r.status == 503 && len(r.out.Attempts) == 1)
+	e.check("why it was not retried", retry.RetryAfterBeyondDeadline.String(), r.out.Reason.String(), r.out.Reason == retry.RetryAfterBeyondDeadline)
+	e.check("it came back at once, well before the 2 s deadline", "< 500ms", r.elapsed.Round(time.Millisecond).String(), r.elapsed < 500*time.Millisecond)
+}
+
+func oneShotPut(e *env) {
+	e.newClient(outbound.Config{})
+	e.srv.SetDefault(outboundtest.Respond(503))
+	const size = 16 << 20
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	peak := before.HeapAlloc
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapAlloc)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	r := e.call(req{method: "PUT", id: "blob", stream: size})
+	close(stop)
+	wg.Wait()
+	e.check("the PUT is not retried", "503 after 1 attempt", fmt.Sprintf("%d after %d attempt(s)", r.status, len(r.out.Attempts)),
+		r.status == 503 && len(r.out.Attempts) == 1)
+	e.check("why", retry.OneShotBody.String(), r.out.Reason.String(), r.out.Reason == retry.OneShotBody)
+	e.checkInt("executions", e.srv.Executions("blob"), eq(1), "1")
+	grew := int(peak-before.HeapAlloc) >> 10
+	e.checkInt("heap growth while streaming 16 MiB (KiB)", grew, atMost(4<<10), "< 4096 KiB: not buffered")
+}
+
+func deadBurst(e *env) {
+	e.newClient(outbound.Config{
+		// A breaker that would open hides the budget: keep it closed here.
+		Admission:   admission.Config{Circuit: circuit.Config{WindowSize: 1000, MinimumCalls: 1000}},
+		MaxAttempts: 4,
+		Backoff:     noBackoff,
+	})
+	e.srv.SetDefault(outboundtest.Respond(503))
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Go(func() { e.call(req{method: "GET", id: fmt.Sprintf("c%d", i)}) })
+	}
+	wg.Wait()
+	retries := e.srv.TotalReceived() - 60
+	e.checkInt("retries the upstream received", retries, atMost(10), "<= 10 (budget: 10 tokens, retries while more than half remain), not 180")
+	e.checkInt("calls", e.res.Calls, eq(60), "60")
+}
