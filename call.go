@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ type call struct {
 	cancel context.CancelFunc // of the call's own timeout, if any
 	out    *outcome.Outcome
 	header http.Header
+	info   CallInfo
 
 	budget     *retry.Budget
 	idempotent bool
@@ -38,10 +40,21 @@ type call struct {
 
 func newCall(t *Transport, req *http.Request) *call {
 	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header}
+	key := t.attempts.UpstreamKey(req)
+	c.info = CallInfo{Upstream: key, Method: req.Method}
+	if u := req.URL; u != nil {
+		c.info.Scheme, c.info.Host = u.Scheme, u.Hostname()
+		c.info.Port, _ = strconv.Atoi(u.Port())
+		if c.info.Port == 0 {
+			c.info.Port = map[string]int{"http": 80, "https": 443}[u.Scheme]
+		}
+	}
+	if f := t.hooks.CallStart; f != nil {
+		c.ctx = safeCtx(f, c.ctx, c.info)
+	}
 	if _, has := c.ctx.Deadline(); !has && t.timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(c.ctx, t.timeout)
 	}
-	key := t.attempts.UpstreamKey(req)
 	c.out = &outcome.Outcome{Upstream: key, Method: req.Method}
 	c.budget = t.Budget(key)
 	c.idempotent = retry.Idempotent(req.Method)
@@ -59,8 +72,14 @@ func newCall(t *Transport, req *http.Request) *call {
 }
 
 func (c *call) run() (*http.Response, error) {
+	h := &c.t.hooks
 	for n := 1; ; n++ {
-		areq, acancel, err := c.attemptRequest(n)
+		ai := AttemptInfo{CallInfo: c.info, Attempt: n}
+		actx := c.ctx
+		if h.AttemptStart != nil {
+			actx = safeCtx(h.AttemptStart, actx, ai)
+		}
+		areq, acancel, err := c.attemptRequest(actx, n)
 		if err != nil {
 			return nil, c.fail(err)
 		}
@@ -78,6 +97,15 @@ func (c *call) run() (*http.Response, error) {
 		}
 		a.Decision, a.Wait = d.Reason, d.Wait
 		c.out.Attempts = append(c.out.Attempts, a)
+		if h.AttemptDone != nil {
+			safe3(h.AttemptDone, actx, ai, a)
+		}
+		if !final && h.RetryDecided != nil {
+			safe3(h.RetryDecided, actx, ai, d)
+		}
+		if d.Reason == retry.BudgetExhausted && h.BudgetExhausted != nil {
+			safe2(h.BudgetExhausted, actx, c.info.Upstream)
+		}
 
 		if !d.Retry {
 			c.out.Reason = d.Reason
@@ -105,10 +133,10 @@ func (c *call) run() (*http.Response, error) {
 // attemptRequest builds the request of attempt n: the caller's request
 // (never modified) with the attempt's context, the call's header and a body
 // that can be sent.
-func (c *call) attemptRequest(n int) (*http.Request, context.CancelFunc, error) {
-	actx, acancel := c.ctx, context.CancelFunc(noop)
+func (c *call) attemptRequest(actx context.Context, n int) (*http.Request, context.CancelFunc, error) {
+	acancel := context.CancelFunc(noop)
 	if c.t.attemptTimeout > 0 {
-		actx, acancel = context.WithTimeoutCause(c.ctx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
+		actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 	}
 	areq := c.req.WithContext(actx)
 	areq.Header = c.header

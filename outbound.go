@@ -87,6 +87,11 @@ type Config struct {
 
 	// IdleConnTimeout closes connections idle this long. Zero means 90s.
 	IdleConnTimeout time.Duration
+
+	// Hooks observe calls, attempts, retry decisions and the guards. See
+	// Hooks, SlogHooks and ComposeHooks; the OpenTelemetry module builds
+	// them too.
+	Hooks Hooks
 }
 
 // DefaultRetryableStatus reports whether status is 408, 429, 500, 502, 503
@@ -114,12 +119,22 @@ type Transport struct {
 	timeout        time.Duration
 	attemptTimeout time.Duration
 	idemKeys       bool
+	hooks          Hooks
 
 	budgets sync.Map // upstream key -> *retry.Budget
 }
 
 // New validates cfg and returns a Transport. Errors name the offending field.
 func New(cfg Config) (*Transport, error) {
+	if g := cfg.Hooks.Guard; g != nil {
+		user := cfg.Admission.OnEvent
+		cfg.Admission.OnEvent = func(e admission.Event) {
+			if user != nil {
+				user(e)
+			}
+			g(e)
+		}
+	}
 	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout})
 	if err != nil {
@@ -142,7 +157,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t := &Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
-		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys}
+		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks}
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}
@@ -186,6 +201,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) Do(req *http.Request) (*http.Response, *outcome.Outcome, error) {
 	c := newCall(t, req)
 	resp, err := c.run()
+	if f := t.hooks.CallDone; f != nil {
+		safe2(f, c.ctx, c.out)
+	}
 	return resp, c.out, err
 }
 

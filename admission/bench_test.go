@@ -74,6 +74,21 @@ func BenchmarkAdmission(b *testing.B) {
 			}
 		})
 	})
+	b.Run("pipeline-observed", func(b *testing.B) {
+		// With an observer set: six events per attempt, by value.
+		cfg := benchConfig()
+		var n int
+		cfg.OnEvent = func(admission.Event) { n++ }
+		p := mustPipeline(b, cfg)
+		b.ReportAllocs()
+		for b.Loop() {
+			pm, err := p.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pm.Success(0)
+		}
+	})
 	b.Run("fastfail", func(b *testing.B) {
 		p := mustPipeline(b, benchConfig())
 		p.Breaker().SetState(circuit.ForcedOpen)
