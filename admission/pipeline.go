@@ -109,21 +109,26 @@ func (p *Pipeline) Bulkhead() *bulkhead.Bulkhead { return p.bulkhead }
 // (errors.Is(err, ErrRejected) holds, and the guard's own sentinel or the
 // context's error is reachable with errors.Is).
 func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
-	cp, err := p.breaker.Allow()
-	if err != nil {
-		p.event(Circuit, Reject, err)
-		if err == circuit.ErrOpen {
-			return Permit{}, p.errOpen
+	cp, ok := p.breaker.TryAllow()
+	if !ok {
+		var err error
+		if cp, err = p.breaker.Allow(); err != nil {
+			p.event(Circuit, Reject, err)
+			if err == circuit.ErrOpen {
+				return Permit{}, p.errOpen
+			}
+			return Permit{}, p.errHalfOpenFull
 		}
-		return Permit{}, p.errHalfOpenFull
 	}
 	p.event(Circuit, Enter, nil)
-	if p.limiter != nil {
+	if p.limiter != nil && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Rate, err)
 		}
+	}
+	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
 	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {

@@ -169,6 +169,13 @@ func (b *Breaker) Allow() (Permit, error) {
 	return b.allowOther(w)
 }
 
+// TryAllow is Allow's fast path: it grants a permit at once while the
+// breaker is CLOSED and reports false otherwise (then call Allow).
+func (b *Breaker) TryAllow() (Permit, bool) {
+	w := b.word.Load()
+	return Permit{b: b, word: w}, State(w&stateMask) == Closed
+}
+
 func (b *Breaker) allowOther(w uint64) (Permit, error) {
 	switch State(w & stateMask) {
 	case Closed, MetricsOnly, Disabled:

@@ -98,6 +98,10 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 	return l.acquireSlow(ctx)
 }
 
+// TryAcquire takes a token if one is available now, without waiting. A nil
+// Limiter always has one.
+func (l *Limiter) TryAcquire() bool { return l == nil || l.take(clock.Now()) }
+
 // take is the fast path: one attempt to take a token available at once.
 func (l *Limiter) take(now int64) bool {
 	old := l.tat.Load()

@@ -6,11 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/outboundhq/outbound/internal/drill"
+	"github.com/outboundhq/outbound/internal/metrics"
 )
 
 type stringList []string
@@ -26,6 +31,8 @@ func drillCmd(args []string, stdout, stderr io.Writer) int {
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report with timelines to this file")
+	metricsAddr := fs.String("metrics", "", "serve the client's metrics in the Prometheus text format at http://ADDR/metrics while the drill runs")
+	metricsWait := fs.Duration("metrics-wait", 30*time.Second, "with --metrics: how long to keep serving after the drill (Ctrl-C stops)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: outbound drill [flags]
 
@@ -60,6 +67,28 @@ Flags:
 		return exitOK
 	}
 	opts := drill.Options{Only: only, Version: version()}
+	if *metricsAddr != "" {
+		reg := metrics.New()
+		opts.Hooks = reg.Hooks()
+		stop, url, err := serveMetrics(*metricsAddr, reg)
+		if err != nil {
+			fmt.Fprintln(stderr, "outbound drill: --metrics:", err)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "metrics: %s\n", url)
+		defer func() {
+			if *metricsWait > 0 {
+				fmt.Fprintf(stderr, "metrics: still serving %s for %v (Ctrl-C stops)\n", url, *metricsWait)
+				ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+				defer cancel()
+				select {
+				case <-ctx.Done():
+				case <-time.After(*metricsWait):
+				}
+			}
+			stop()
+		}()
+	}
 	tty := isTerminal(stdout)
 	if tty && !*asJSON {
 		opts.Progress = func(i, n int, s drill.Scenario) {
@@ -97,6 +126,19 @@ Flags:
 		return exitFailed
 	}
 	return exitOK
+}
+
+// serveMetrics serves reg at http://addr/metrics until stop is called.
+func serveMetrics(addr string, reg *metrics.Registry) (stop func(), url string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", reg)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, "http://" + ln.Addr().String() + "/metrics", nil
 }
 
 func writeHTML(path string, r *drill.Report) error {

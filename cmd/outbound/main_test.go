@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboundhq/outbound/internal/drill"
 	"github.com/outboundhq/outbound/internal/mutate"
@@ -139,5 +143,37 @@ func TestCommandsHelpVersionAndUsageErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
 			t.Errorf("%v: exit %d, want %d with %q:\n%s%s", tc.args, code, tc.code, tc.want, out, errOut)
 		}
+	}
+}
+
+func TestDrillServesMetricsWhileItRuns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	done := make(chan int)
+	go func() {
+		code, _, _ := runCLI("drill", "--scenario", "503-storm", "--metrics", addr, "--metrics-wait", "5s")
+		done <- code
+	}()
+	var body string
+	for range 200 {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if body = string(b); strings.Contains(body, `state="OPEN"} 1`) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, `outbound_calls_total{`) || !strings.Contains(body, `state="OPEN"} 1`) {
+		t.Fatalf("metrics during the drill:\n%s", body)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d", code)
 	}
 }

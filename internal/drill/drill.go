@@ -40,6 +40,8 @@ type Options struct {
 	Progress func(i, n int, s Scenario)
 	// Version is recorded in the report.
 	Version string
+	// Hooks, if set, observe every scenario's client (for metrics).
+	Hooks outbound.Hooks
 }
 
 // Run runs the scenarios and returns the report. It returns an error only
@@ -62,7 +64,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if opts.Progress != nil {
 			opts.Progress(i, len(list), s)
 		}
-		res := runOne(ctx, s)
+		res := runOne(ctx, s, opts.Hooks)
 		r.Passed = r.Passed && res.Passed
 		r.Scenarios = append(r.Scenarios, res)
 	}
@@ -80,8 +82,8 @@ func Find(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
-func runOne(ctx context.Context, s Scenario) ScenarioResult {
-	e := &env{ctx: ctx, sc: s, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
+func runOne(ctx context.Context, s Scenario, hooks outbound.Hooks) ScenarioResult {
+	e := &env{ctx: ctx, sc: s, hooks: hooks, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
 		Protocol: s.Proto.String(), Expect: s.Expect, Attempts: map[string]int{}, Commits: map[string]int{},
 		Rejections: map[string]int{}}}
 	e.srv = outboundtest.NewServer(s.Proto)
@@ -116,6 +118,7 @@ type env struct {
 	sc     Scenario
 	srv    *outboundtest.Server
 	client *outbound.Client
+	hooks  outbound.Hooks
 	start  time.Time
 
 	mu  sync.Mutex
@@ -126,6 +129,7 @@ type env struct {
 // timeline.
 func (e *env) newClient(cfg outbound.Config) *outbound.Client {
 	cfg.Transport = e.srv.Transport()
+	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, e.hooks)
 	user := cfg.Admission.OnEvent
 	cfg.Admission.OnEvent = func(ev admission.Event) {
 		if ev.Kind == admission.Transition {

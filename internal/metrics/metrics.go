@@ -1,0 +1,155 @@
+// Package metrics turns the library's hooks into counters and gauges served
+// in the Prometheus text exposition format, with no dependency: what
+// `outbound drill --metrics` serves. Applications should prefer the
+// OpenTelemetry module, whose Prometheus exporter serves the same kind of
+// figures under the HTTP semantic conventions.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// family describes one metric.
+type family struct {
+	name, help, kind string
+	labels           []string
+}
+
+var (
+	attempts       = family{"outbound_attempts_total", "Physical attempts, by category.", "counter", []string{"upstream", "category"}}
+	attemptSeconds = family{"outbound_attempt_duration_seconds", "Time to the response headers or the failure, by category.", "summary", []string{"upstream", "category"}}
+	rejections     = family{"outbound_rejections_total", "Attempts refused by a local guard, by guard.", "counter", []string{"upstream", "guard"}}
+	retries        = family{"outbound_retries_total", "Retries scheduled.", "counter", []string{"upstream"}}
+	declined       = family{"outbound_retries_declined_total", "Retries declined, by reason.", "counter", []string{"upstream", "reason"}}
+	budget         = family{"outbound_retry_budget_exhausted_total", "Retries declined by the retry budget.", "counter", []string{"upstream"}}
+	calls          = family{"outbound_calls_total", "Finished calls, by commit status.", "counter", []string{"upstream", "commit"}}
+	breakerState   = family{"outbound_breaker_state", "1 for the breaker's current state, 0 for the others.", "gauge", []string{"upstream", "state"}}
+)
+
+var families = []family{attempts, attemptSeconds, rejections, retries, declined, budget, calls, breakerState}
+
+// Registry holds the figures. It is safe for concurrent use.
+type Registry struct {
+	mu     sync.Mutex
+	values map[string]map[string]float64 // family name -> label string -> value
+	states map[string]circuit.State      // upstream -> breaker state
+}
+
+// New returns an empty Registry.
+func New() *Registry {
+	return &Registry{values: map[string]map[string]float64{}, states: map[string]circuit.State{}}
+}
+
+func (r *Registry) add(f family, v float64, labels ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.values[f.name]
+	if m == nil {
+		m = map[string]float64{}
+		r.values[f.name] = m
+	}
+	m[labelString(f.labels, labels)] += v
+}
+
+// Hooks returns the hooks that feed the registry.
+func (r *Registry) Hooks() outbound.Hooks {
+	return outbound.Hooks{
+		AttemptDone: func(_ context.Context, a outbound.AttemptInfo, res outcome.Attempt) {
+			r.add(attempts, 1, a.Upstream, res.Category.String())
+			r.add(family{name: attemptSeconds.name + "_sum", labels: attemptSeconds.labels}, res.Duration.Seconds(), a.Upstream, res.Category.String())
+			r.add(family{name: attemptSeconds.name + "_count", labels: attemptSeconds.labels}, 1, a.Upstream, res.Category.String())
+			if res.Category == classify.LocalRejection && res.Guard != 0 {
+				r.add(rejections, 1, a.Upstream, res.Guard.String())
+			}
+		},
+		RetryDecided: func(_ context.Context, a outbound.AttemptInfo, d retry.Decision) {
+			if d.Retry {
+				r.add(retries, 1, a.Upstream)
+			} else {
+				r.add(declined, 1, a.Upstream, d.Reason.String())
+			}
+		},
+		BudgetExhausted: func(_ context.Context, upstream string) { r.add(budget, 1, upstream) },
+		CallDone: func(_ context.Context, o *outcome.Outcome) {
+			r.add(calls, 1, o.Upstream, o.Commit.String())
+		},
+		Guard: func(e admission.Event) {
+			if e.Kind == admission.Transition {
+				r.mu.Lock()
+				r.states[e.Upstream] = e.Transition.To
+				r.mu.Unlock()
+			}
+		},
+	}
+}
+
+// ServeHTTP writes every figure in the Prometheus text format (0.0.4).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write([]byte(r.Text()))
+}
+
+// Text renders the figures.
+func (r *Registry) Text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, f := range families {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+		names := []string{f.name}
+		if f.kind == "summary" {
+			names = []string{f.name + "_sum", f.name + "_count"}
+		}
+		if f.name == breakerState.name {
+			for _, up := range slices.Sorted(maps.Keys(r.states)) {
+				for st := circuit.Closed; st <= circuit.MetricsOnly; st++ {
+					v := 0
+					if r.states[up] == st {
+						v = 1
+					}
+					fmt.Fprintf(&b, "%s%s %d\n", f.name, labelString(f.labels, []string{up, st.String()}), v)
+				}
+			}
+			continue
+		}
+		for _, n := range names {
+			m := r.values[n]
+			for _, ls := range slices.Sorted(maps.Keys(m)) {
+				fmt.Fprintf(&b, "%s%s %g\n", n, ls, m[ls])
+			}
+		}
+	}
+	return b.String()
+}
+
+// labelString renders {name="value",…} with the text format's escaping.
+func labelString(names, values []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, n := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v := ""
+		if i < len(values) {
+			v = values[i]
+		}
+		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+		fmt.Fprintf(&b, `%s="%s"`, n, v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
