@@ -13,6 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
@@ -142,8 +143,11 @@ func (c *call) attemptRequest(actx context.Context, n int) (*http.Request, conte
 	areq.Header = c.header
 	switch {
 	case c.req.Body == nil || c.req.Body == http.NoBody:
-	case c.body != nil && !c.body.touched():
+	case c.body != nil && (!c.body.touched() || c.req.GetBody == nil):
 		// The previous attempt never sent its body: send the same one.
+		// (A one-shot body that was sent only gets here through
+		// mutate.ResendOneShotBodies, which the soak test uses to prove
+		// that it catches a re-sent one-shot body.)
 		areq.Body = c.body
 	case n == 1:
 		c.body = &trackedBody{rc: c.req.Body}
@@ -198,7 +202,7 @@ func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input 
 	in := retry.Input{
 		Method:         c.req.Method,
 		IdempotencyKey: c.hasKey,
-		BodyReplayable: c.replayable || !c.body.touched(),
+		BodyReplayable: c.replayable || !c.body.touched() || mutate.ResendOneShotBodies.Load(),
 		Category:       a.Category,
 		Status:         a.Status,
 		Attempts:       n,

@@ -192,3 +192,42 @@ func TestStreamsAtOrBelowGoAwayLastIdStillGetTheirAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestGoAwayLastIdCoversStreamsTheUpstreamIsProcessing pins a bug of the
+// fault upstream found by the soak test: its GOAWAY's last-stream-id covered
+// only the streams of the GoAway fault, so a stream already being processed
+// under another fault could be announced as "above the last id" — not
+// processed — while the upstream executed it, and the client rightly reported
+// it NotSent. RFC 9113 §6.8: the last id covers every stream the sender might
+// have acted on.
+func TestGoAwayLastIdCoversStreamsTheUpstreamIsProcessing(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{})
+			if o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "warm")); o.status != 200 {
+				t.Fatalf("warm-up: %+v", o)
+			}
+			// Stream 3 is being processed (slowly) when stream 5 takes a
+			// GoAway fault that processes none of its own streams.
+			s.Enqueue(outboundtest.Slow(300*time.Millisecond, 200), outboundtest.GoAway(1, 0, false))
+			var slow outcome
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				slow = roundTrip(tr, newRequest(t, context.Background(), s, noBody, "slow"))
+			}()
+			for s.Received("slow") == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			goAway := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "goaway"))
+			<-done
+			if goAway.category != classify.NotSent || s.Executions("goaway") != 0 {
+				t.Fatalf("the GoAway fault's own stream: %v (%v), executed %d", goAway.category, goAway.evidence, s.Executions("goaway"))
+			}
+			if slow.category == classify.NotSent || s.Executions("slow") != 1 {
+				t.Fatalf("the stream being processed: %v (%v), executed %d: %v", slow.category, slow.evidence, s.Executions("slow"), slow.err)
+			}
+		})
+	}
+}

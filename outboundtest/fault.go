@@ -182,7 +182,10 @@ const goAwayWait = 3 * time.Second
 // of them are open, or for at most 3 seconds. Then the first processed of them,
 // in stream-id order, are counted executed, and the server sends
 // GOAWAY(NO_ERROR) whose last stream id is the id of the last processed stream
-// (0 when processed is 0). Streams above that id are never executed, neither
+// (0 when processed is 0), or the highest id of a stream the server acted on
+// under another fault on the same connection, if that is higher: the last
+// stream id must cover every stream that might have been processed (RFC 9113
+// §6.8). Streams above that id are never executed, neither
 // those collected nor any that arrive later on the connection.
 //
 // If answer is true, the processed streams are then answered 200 (each after

@@ -58,6 +58,7 @@ type h2conn struct {
 	cond     *sync.Cond // broadcast when a send window grows, a stream is reset or the connection dies
 	streams  map[uint32]*h2stream
 	lastID   uint32 // highest stream id opened by the client
+	maxOther uint32 // highest id of a stream the server acted on outside a GoAway group
 	connWin  int64  // bytes we may still send on the connection
 	initWin  int64  // initial send window of a stream (client's SETTINGS)
 	maxFrame int    // largest frame payload the client accepts
@@ -303,6 +304,7 @@ func (h *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 		// against the connection window.
 	default:
 		h.streams[st.id] = st
+		h.maxOther = max(h.maxOther, st.id)
 	}
 	h.mu.Unlock()
 
@@ -515,13 +517,17 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 	h.mu.Lock()
 	g.fired = true
 	streams := slices.Clone(g.streams)
+	// RFC 9113 §6.8: the last stream id covers every stream the server
+	// might have acted on — on this connection that includes the streams
+	// served under other faults, which may be executing or done. Leaving
+	// them out would tell the client they were not processed.
+	last := h.maxOther
 	h.mu.Unlock()
 
 	processed := streams[:min(g.f.m, len(streams))]
-	var last uint32
 	for _, st := range processed {
 		h.s.execute(st.e)
-		last = st.id
+		last = max(last, st.id)
 	}
 	debug := bytes.Repeat([]byte("d"), g.f.debug)
 	if h.write(func(fr *http2.Framer) error { return fr.WriteGoAway(last, http2.ErrCodeNo, debug) }) != nil {

@@ -16,4 +16,8 @@ var (
 	// SkipRateRefundOnBulkheadRejection keeps the rate token of an attempt
 	// that the bulkhead rejected.
 	SkipRateRefundOnBulkheadRejection atomic.Bool
+
+	// ResendOneShotBodies treats a one-shot body that was already sent as
+	// if it could be sent again (the retry decision's body rule, D2).
+	ResendOneShotBodies atomic.Bool
 )
