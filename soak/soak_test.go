@@ -164,10 +164,10 @@ func newUpstream(p outboundtest.Proto) *upstream {
 			Bulkhead: bulkhead.Config{MaxConcurrent: 8},
 			OnEvent:  u.events.on,
 		},
-		Backoff:        retry.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Backoff: retry.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		// A generous budget: the soak exercises retries; the budget itself
 		// is checked by the drill and the end-to-end tests.
-		Budget: retry.BudgetConfig{MaxTokens: 1000, TokenRatio: 1},
+		Budget:         retry.BudgetConfig{MaxTokens: 1000, TokenRatio: 1},
 		AttemptTimeout: 500 * time.Millisecond,
 		Timeout:        2 * time.Second,
 	}
