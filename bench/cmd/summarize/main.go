@@ -1,0 +1,301 @@
+// Command summarize reads the output of `go test -bench` for several rounds
+// of the benchmarks, one file per round, and prints a Markdown table: for each
+// benchmark the median over the rounds of its main figure, the spread
+// (min–max), the median of its per-round ratio to the baseline measured in the
+// same round, and its allocations; then the check of each target of the
+// specification.
+//
+// Usage: summarize round-1.txt round-2.txt ...
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// round holds one round's figures: benchmark name -> unit -> value.
+type round map[string]map[string]float64
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: summarize ROUND-FILE...")
+		os.Exit(2)
+	}
+	var rounds []round
+	var order []string
+	for _, path := range os.Args[1:] {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		r, names := parse(f)
+		f.Close()
+		rounds = append(rounds, r)
+		for _, n := range names {
+			if !slices.Contains(order, n) {
+				order = append(order, n)
+			}
+		}
+	}
+	s := &summary{rounds: rounds}
+	s.table(os.Stdout, sortNames(order))
+	s.targets(os.Stdout)
+}
+
+var (
+	benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+	pair      = regexp.MustCompile(`([-+0-9.eE]+)\s+(\S+)`)
+)
+
+// parse reads `go test -bench` output and returns the figures of each
+// benchmark (a later line of the same benchmark replaces an earlier one) and
+// the names in order of appearance.
+func parse(r io.Reader) (round, []string) {
+	out := round{}
+	var names []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		vals := map[string]float64{}
+		for _, p := range pair.FindAllStringSubmatch(m[2], -1) {
+			if v, err := strconv.ParseFloat(p[1], 64); err == nil {
+				vals[p[2]] = v
+			}
+		}
+		if _, ok := out[m[1]]; !ok {
+			names = append(names, m[1])
+		}
+		out[m[1]] = vals
+	}
+	return out, names
+}
+
+// sortNames puts the groups in a fixed order, the baseline of each group
+// first, keeping the order of appearance otherwise.
+func sortNames(names []string) []string {
+	rank := func(n string) int {
+		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/"} {
+			if strings.HasPrefix(n, g) {
+				r := i * 2
+				if base, _, _ := baseline(n); base == n {
+					return r
+				}
+				return r + 1
+			}
+		}
+		return 100
+	}
+	mode := func(n string) string { // group the modes: sequential, then parallel
+		parts := strings.Split(n, "/")
+		if len(parts) == 3 {
+			return parts[2]
+		}
+		return ""
+	}
+	out := slices.Clone(names)
+	slices.SortStableFunc(out, func(a, b string) int {
+		if ra, rb := rank(a)/2, rank(b)/2; ra != rb {
+			return ra - rb
+		}
+		if ma, mb := mode(a), mode(b); ma != mb {
+			return strings.Compare(modeKey(ma), modeKey(mb))
+		}
+		return rank(a) - rank(b)
+	})
+	return out
+}
+
+func modeKey(m string) string {
+	if m == "sequential" {
+		return "0"
+	}
+	return "1" + m
+}
+
+// baseline returns the benchmark that n is compared with in its round, the
+// unit of the figure compared, and whether higher is better.
+func baseline(n string) (base, unit string, higherBetter bool) {
+	parts := strings.Split(n, "/")
+	switch parts[0] {
+	case "Admission":
+		if len(parts) == 3 {
+			return "Admission/baseline/" + parts[2], "ns/op", false
+		}
+	case "FastFail":
+		return "Admission/baseline/sequential", "ns/op", false
+	case "EndToEnd":
+		if len(parts) == 3 {
+			return "EndToEnd/bare/" + parts[2], "req/s", true
+		}
+	case "IdleBreaker":
+		return "IdleBreaker/gobreaker", "B/breaker", false
+	}
+	return "", "ns/op", false
+}
+
+type summary struct{ rounds []round }
+
+// values returns the figure unit of benchmark n in every round that has it.
+func (s *summary) values(n, unit string) []float64 {
+	var v []float64
+	for _, r := range s.rounds {
+		if x, ok := r[n][unit]; ok {
+			v = append(v, x)
+		}
+	}
+	return v
+}
+
+// ratios returns, for every round that has both, a's figure over b's.
+func (s *summary) ratios(a, b, unit string) []float64 {
+	var v []float64
+	for _, r := range s.rounds {
+		x, ok1 := r[a][unit]
+		y, ok2 := r[b][unit]
+		if ok1 && ok2 && y != 0 {
+			v = append(v, x/y)
+		}
+	}
+	return v
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "—"
+	}
+	return num(slices.Min(v)) + "–" + num(slices.Max(v))
+}
+
+func num(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "—"
+	case x == math.Trunc(x) && math.Abs(x) < 1e15:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case math.Abs(x) >= 100:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case math.Abs(x) >= 10:
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(x, 'f', 2, 64)
+}
+
+func ratio(x float64) string {
+	if math.IsNaN(x) {
+		return "—"
+	}
+	return strconv.FormatFloat(x, 'f', 3, 64)
+}
+
+func (s *summary) table(w io.Writer, names []string) {
+	fmt.Fprintf(w, "Figures are medians over %d interleaved rounds; spread is min–max over the rounds; the ratio is the median of the per-round ratios to the baseline measured in the same round.\n\n", len(s.rounds))
+	fmt.Fprintln(w, "| benchmark | figure | median | spread (min–max) | ratio vs baseline | baseline | allocs/op | B/op | client CPU ns/op (ratio) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|")
+	for _, n := range names {
+		base, unit, _ := baseline(n)
+		v := s.values(n, unit)
+		r := "1"
+		if base != n {
+			r = ratio(median(s.ratios(n, base, unit)))
+		}
+		allocs := median(s.values(n, "allocs/op"))
+		bytes := median(s.values(n, "B/op"))
+		if unit == "B/breaker" { // allocs/op and B/op count 100,000 breakers
+			allocs /= upstreams
+			bytes = median(s.values(n, "alloc-B/breaker"))
+		}
+		cpu := "—"
+		if c := s.values(n, "cpu-ns/op"); len(c) > 0 {
+			cpu = num(median(c)) + " (" + ratio(median(s.ratios(n, base, "cpu-ns/op"))) + ")"
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | `%s` | %s | %s | %s |\n",
+			n, unit, num(median(v)), spread(v), r, base, num(allocs), num(bytes), cpu)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's.")
+	fmt.Fprintln(w)
+}
+
+const upstreams = 100_000
+
+// targets checks the figures against section 4 of the specification.
+func (s *summary) targets(w io.Writer) {
+	fmt.Fprintln(w, "## Targets (SPEC section 4)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| target | measured | met |")
+	fmt.Fprintln(w, "|---|---|---|")
+	row := func(target, measured string, ok bool) {
+		met := "**no**"
+		if ok {
+			met = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", target, measured, met)
+	}
+	info := func(what, measured string) { fmt.Fprintf(w, "| %s | %s | (information) |\n", what, measured) }
+	med := func(n, unit string) float64 { return median(s.values(n, unit)) }
+	rat := func(a, b, unit string) float64 { return median(s.ratios(a, b, unit)) }
+
+	for _, mode := range []string{"sequential", "parallel"} {
+		ob := "Admission/outbound/" + mode
+		a := med(ob, "allocs/op")
+		row("admission ("+mode+"): 0 allocs/op", num(a)+" allocs/op", a == 0)
+		r := rat(ob, "Admission/baseline/"+mode, "ns/op")
+		row("admission ("+mode+"): ≤ 0.5× x/time/rate + channel", ratio(r)+"×", r <= 0.5)
+		f := rat("Admission/failsafe/"+mode, ob, "ns/op")
+		row("admission ("+mode+"): ≥ 5× faster than failsafe-go", num(f)+"× faster", f >= 5)
+	}
+	for _, lib := range []string{"outbound", "baseline", "gobreaker", "failsafe"} {
+		sp := rat("Admission/"+lib+"/sequential", "Admission/"+lib+"/parallel", "ns/op")
+		if lib == "outbound" {
+			row("admission scales under RunParallel (throughput parallel ÷ sequential ≥ 1.5 on 2 cores)",
+				fmt.Sprintf("%s× (%s ns/op parallel vs %s sequential)", ratio(sp),
+					num(med("Admission/outbound/parallel", "ns/op")), num(med("Admission/outbound/sequential", "ns/op"))),
+				sp >= 1.5)
+			continue
+		}
+		info("for comparison: "+lib+" throughput parallel ÷ sequential", ratio(sp)+"×")
+	}
+	a := med("FastFail/outbound", "allocs/op")
+	row("fast fail while OPEN: 0 allocs/op", fmt.Sprintf("%s allocs/op, %s ns/op", num(a), num(med("FastFail/outbound", "ns/op"))), a == 0)
+	for _, mode := range []string{"16-callers", "sequential"} {
+		ob, bare := "EndToEnd/outbound/"+mode, "EndToEnd/bare/"+mode
+		r := rat(ob, bare, "req/s")
+		da := med(ob, "allocs/op") - med(bare, "allocs/op")
+		db := med(ob, "B/op") - med(bare, "B/op")
+		measured := fmt.Sprintf("%s× (%+.0f allocs, %+.0f B, %s× client CPU per request)", ratio(r), da, db,
+			ratio(median(s.ratios(ob, bare, "cpu-ns/op"))))
+		if mode == "sequential" {
+			info("end to end (sequential): requests/s vs bare net/http", measured)
+			continue
+		}
+		row("end to end ("+mode+"): ≥ 0.98× bare net/http requests/s", measured, r >= 0.98)
+	}
+	m := med("IdleBreaker/outbound", "B/breaker")
+	g := med("IdleBreaker/gobreaker", "B/breaker")
+	row("idle breaker (count window 100): ≤ 244 B (half of the 488 B given for gobreaker)", num(m)+" B", m <= 244)
+	row("idle breaker: ≤ 0.5× gobreaker v2 measured here", fmt.Sprintf("%s× (%s B vs %s B)", ratio(rat("IdleBreaker/outbound", "IdleBreaker/gobreaker", "B/breaker")), num(m), num(g)), m <= g/2)
+	fmt.Fprintln(w)
+}

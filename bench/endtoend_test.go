@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+
+	"github.com/outboundhq/outbound"
+)
+
+// callers is the number of concurrent callers of the "16-callers" runs.
+const callers = 16
+
+// client is one side of the end-to-end comparison.
+type client struct {
+	name string
+	new  func(testing.TB) http.RoundTripper
+}
+
+func clients() []client {
+	return []client{
+		{"bare", func(tb testing.TB) http.RoundTripper { return closing(tb, innerTransport()) }},
+		{"outbound", func(tb testing.TB) http.RoundTripper {
+			t, err := outbound.New(outbound.Config{
+				Transport: innerTransport(), // cloned: outbound keeps its own connections
+				Admission: outboundAdmissionConfig(""),
+			})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(t.Close)
+			return t
+		}},
+		{"failsafehttp", func(tb testing.TB) http.RoundTripper {
+			// Outermost first: retry, then breaker, limiter, bulkhead. The
+			// breaker counts errors and 5xx answers as failures, as
+			// outbound's default does.
+			cb := failsafeBreakerBuilder[*http.Response]().
+				HandleIf(func(r *http.Response, err error) bool {
+					return err != nil || r != nil && r.StatusCode >= 500
+				}).Build()
+			return failsafehttp.NewRoundTripper(closing(tb, innerTransport()),
+				failsafehttp.NewRetryPolicyBuilder().Build(), // 3 attempts at most
+				cb, failsafeLimiter[*http.Response](), failsafeBulkhead[*http.Response]())
+		}},
+		{"retryablehttp", func(tb testing.TB) http.RoundTripper {
+			c := retryablehttp.NewClient()
+			c.HTTPClient.Transport = closing(tb, innerTransport())
+			c.RetryMax = 2 // 3 attempts at most
+			c.Logger = nil // the default logs every request
+			return &retryablehttp.RoundTripper{Client: c}
+		}},
+		{"gobreaker", func(tb testing.TB) http.RoundTripper {
+			return &gobreakerTransport{
+				next: closing(tb, innerTransport()),
+				cb:   gobreaker.NewCircuitBreaker[*http.Response](gobreakerSettings("bench")),
+				lim:  baselineLimiter(),
+				sem:  make(chan struct{}, bulkheadSlots),
+			}
+		}},
+	}
+}
+
+// gobreakerTransport is how a user composes gobreaker, x/time/rate and a
+// channel semaphore around a transport: 5xx answers count as breaker
+// failures, and the semaphore slot is given back when the headers arrive.
+type gobreakerTransport struct {
+	next http.RoundTripper
+	cb   *gobreaker.CircuitBreaker[*http.Response]
+	lim  *rate.Limiter
+	sem  chan struct{}
+}
+
+var errStatus5xx = errors.New("bench: 5xx answer")
+
+func (t *gobreakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.cb.Execute(func() (*http.Response, error) {
+		if !t.lim.Allow() {
+			return nil, errLimited
+		}
+		select {
+		case t.sem <- struct{}{}:
+		default:
+			return nil, errFull
+		}
+		defer func() { <-t.sem }()
+		resp, err := t.next.RoundTrip(req)
+		if err == nil && resp.StatusCode >= 500 {
+			return resp, errStatus5xx
+		}
+		return resp, err
+	})
+	if err == errStatus5xx {
+		err = nil
+	}
+	return resp, err
+}
+
+// BenchmarkEndToEnd sends GET requests over loopback HTTP/1.1 to
+// cmd/echo-server, running in its own process, through each client: one
+// caller at a time ("sequential") and from 16 goroutines ("16-callers").
+// It reports requests/s; allocs/op and B/op are the client's, per request.
+func BenchmarkEndToEnd(b *testing.B) {
+	srv := startEchoServer(b)
+	for _, c := range clients() {
+		b.Run(c.name, func(b *testing.B) {
+			b.Run("sequential", func(b *testing.B) {
+				d0 := dials.Load()
+				rt := c.new(b)
+				get(b, rt, srv.URL) // dial outside the measurement
+				b.ReportAllocs()
+				var cpu0 int64
+				for b.Loop() {
+					if cpu0 == 0 {
+						cpu0 = cpuTime()
+					}
+					if !get(b, rt, srv.URL) {
+						b.FailNow()
+					}
+				}
+				report(b, cpu0, d0)
+			})
+			b.Run("16-callers", func(b *testing.B) {
+				d0 := dials.Load()
+				rt := c.new(b)
+				warm(b, rt, srv.URL)
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							if !get(b, rt, srv.URL) {
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				report(b, cpu0, d0)
+			})
+		})
+	}
+}
+
+// report adds the figures of an end-to-end run: requests/s, the client
+// process's CPU time per request (user and system, all its threads) since
+// cpu0, and the connections dialed since dials was d0.
+func report(b *testing.B, cpu0, d0 int64) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	if cpu0 != 0 {
+		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+	b.ReportMetric(float64(dials.Load()-d0), "conns")
+}
+
+// get sends one GET and reads and closes the answer. It reports failure
+// with b.Error, so it may run on any goroutine.
+func get(b *testing.B, rt http.RoundTripper, url string) bool {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Errorf("status %d, body error %v", resp.StatusCode, err)
+		return false
+	}
+	return true
+}
+
+// warm opens the connections the callers will use, outside the measurement.
+func warm(b *testing.B, rt http.RoundTripper, url string) {
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range 4 {
+				get(b, rt, url)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// closing closes t's idle connections when tb ends.
+func closing(tb testing.TB, t *http.Transport) *http.Transport {
+	tb.Cleanup(t.CloseIdleConnections)
+	return t
+}
