@@ -31,6 +31,8 @@ type call struct {
 	out    *outcome.Outcome
 	header http.Header
 	info   CallInfo
+	route  *attempt.Route
+	err    error // set when the call cannot be made at all (an invalid URL)
 
 	budget     *retry.Budget
 	idempotent bool
@@ -41,7 +43,12 @@ type call struct {
 
 func newCall(t *Transport, req *http.Request) *call {
 	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header}
-	key := t.attempts.UpstreamKey(req)
+	var key string
+	if c.route, c.err = t.attempts.Route(req); c.err == nil {
+		key = c.route.Key()
+	} else if req.URL != nil {
+		key = req.URL.Scheme + "://" + req.URL.Host
+	}
 	c.info = CallInfo{Upstream: key, Method: req.Method}
 	if u := req.URL; u != nil {
 		c.info.Scheme, c.info.Host = u.Scheme, u.Hostname()
@@ -73,6 +80,9 @@ func newCall(t *Transport, req *http.Request) *call {
 }
 
 func (c *call) run() (*http.Response, error) {
+	if c.err != nil {
+		return nil, c.fail(c.err)
+	}
 	h := &c.t.hooks
 	for n := 1; ; n++ {
 		ai := AttemptInfo{CallInfo: c.info, Attempt: n}
@@ -80,12 +90,12 @@ func (c *call) run() (*http.Response, error) {
 		if h.AttemptStart != nil {
 			actx = safeCtx(h.AttemptStart, actx, ai)
 		}
-		areq, acancel, err := c.attemptRequest(actx, n)
+		actx, body, acancel, err := c.attemptRequest(actx, n)
 		if err != nil {
 			return nil, c.fail(err)
 		}
 		start := time.Now()
-		resp, err := c.t.attempts.Attempt(areq)
+		resp, err := c.t.attempts.AttemptOn(c.route, c.req, actx, c.header, body)
 		a := record(resp, err, time.Since(start))
 		final := err == nil && !c.t.retryable(resp.StatusCode)
 		c.account(a, final)
@@ -131,16 +141,15 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
-// attemptRequest builds the request of attempt n: the caller's request
-// (never modified) with the attempt's context, the call's header and a body
-// that can be sent.
-func (c *call) attemptRequest(actx context.Context, n int) (*http.Request, context.CancelFunc, error) {
+// attemptRequest prepares attempt n: its context (with the attempt's
+// timeout) and a body that can be sent. The caller's request itself is never
+// modified: the attempt layer sends a copy with these.
+func (c *call) attemptRequest(actx context.Context, n int) (context.Context, io.ReadCloser, context.CancelFunc, error) {
 	acancel := context.CancelFunc(noop)
 	if c.t.attemptTimeout > 0 {
 		actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 	}
-	areq := c.req.WithContext(actx)
-	areq.Header = c.header
+	var body io.ReadCloser = c.req.Body
 	switch {
 	case c.req.Body == nil || c.req.Body == http.NoBody:
 	case c.body != nil && (!c.body.touched() || c.req.GetBody == nil):
@@ -148,21 +157,21 @@ func (c *call) attemptRequest(actx context.Context, n int) (*http.Request, conte
 		// (A one-shot body that was sent only gets here through
 		// mutate.ResendOneShotBodies, which the soak test uses to prove
 		// that it catches a re-sent one-shot body.)
-		areq.Body = c.body
+		body = c.body
 	case n == 1:
 		c.body = &trackedBody{rc: c.req.Body}
-		areq.Body = c.body
+		body = c.body
 	default: // Decide allowed a retry, so the body is replayable
 		c.body.Close()
 		rc, err := c.req.GetBody()
 		if err != nil {
 			acancel()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		c.body = &trackedBody{rc: rc}
-		areq.Body = c.body
+		body = c.body
 	}
-	return areq, acancel, nil
+	return actx, body, acancel, nil
 }
 
 func noop() {}

@@ -23,6 +23,7 @@ type pool struct {
 
 	mu      sync.Mutex
 	conns   []*conn
+	ready   []*conn       // connections that had room when last seen, most recent last
 	h2      bool          // the upstream answered over HTTP/2: share one connection
 	dialing chan struct{} // closed when the HTTP/2 dial in progress ends
 	closed  bool
@@ -34,6 +35,7 @@ type conn struct {
 	raw     *countingConn
 	used    atomic.Bool // has carried a request: a failure with nothing written may be the keep-alive race
 	retired atomic.Bool // out of the pool; closed when nothing is in flight
+	inReady bool        // on p.ready; guarded by p.mu
 
 	mu   sync.Mutex
 	idle *time.Timer
@@ -48,12 +50,22 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 			p.mu.Unlock()
 			return nil, errPoolClosed
 		}
-		for _, c := range p.conns {
-			if c.cc.Err() == nil && c.cc.Reserve() == nil {
+		// The most recently freed connection first (its TCP and TLS state
+		// is warm). Reserve fails only for a stale entry: a connection that
+		// filled up or died since; the state hook puts it back when it has
+		// room again. Busy connections are never asked, so a request does
+		// not pay a failed Reserve (an allocation) per busy connection.
+		for n := len(p.ready); n > 0; n = len(p.ready) {
+			c := p.ready[n-1]
+			if c.cc.Reserve() == nil {
+				if c.cc.Available() == 0 {
+					p.popReady()
+				}
 				p.mu.Unlock()
 				c.busy()
 				return c, nil
 			}
+			p.popReady()
 		}
 		if p.h2 && p.dialing != nil { // one HTTP/2 dial at a time
 			wait := p.dialing
@@ -122,9 +134,27 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 		return nil, errPoolClosed
 	}
 	p.conns = append(p.conns, c)
+	if cc.Available() > 0 { // HTTP/2: room for more streams already
+		p.pushReady(c)
+	}
 	p.mu.Unlock()
 	cc.SetStateHook(c.stateChanged)
 	return c, nil
+}
+
+// pushReady and popReady keep p.ready; p.mu must be held.
+func (p *pool) pushReady(c *conn) {
+	if !c.inReady && !c.retired.Load() {
+		c.inReady = true
+		p.ready = append(p.ready, c)
+	}
+}
+
+func (p *pool) popReady() {
+	n := len(p.ready)
+	p.ready[n-1].inReady = false
+	p.ready[n-1] = nil
+	p.ready = p.ready[:n-1]
 }
 
 // learnHTTP2 records that the upstream speaks HTTP/2, so that later attempts
@@ -141,6 +171,11 @@ func (c *conn) stateChanged(cc *http.ClientConn) {
 	if cc.Err() != nil || c.retired.Load() {
 		c.p.retire(c)
 		return
+	}
+	if cc.Available() > 0 {
+		c.p.mu.Lock()
+		c.p.pushReady(c)
+		c.p.mu.Unlock()
 	}
 	if cc.InFlight() == 0 {
 		c.mu.Lock()
@@ -185,8 +220,17 @@ func (p *pool) retire(c *conn) {
 			break
 		}
 	}
-	p.mu.Unlock()
 	c.retired.Store(true)
+	if c.inReady {
+		for i, x := range p.ready {
+			if x == c {
+				p.ready = append(p.ready[:i], p.ready[i+1:]...)
+				break
+			}
+		}
+		c.inReady = false
+	}
+	p.mu.Unlock()
 	c.busy()
 	if c.cc.Err() == nil && c.cc.InFlight() == 0 {
 		c.cc.Close()
@@ -213,7 +257,7 @@ func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
 	conns := p.conns
-	p.conns = nil
+	p.conns, p.ready = nil, nil
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.busy()

@@ -15,7 +15,8 @@
 // (dialer, proxy, TLS, protocols), with its DialContext wrapped to count the
 // bytes that reach each socket. Under TLS the count sits below the TLS layer,
 // which is what lets ALPN still negotiate HTTP/2. A failed attempt that wrote
-// no byte is proven not sent.
+// no byte is proven not sent (unless its context had ended: a transport may
+// still be writing then).
 //
 // The admission permit of an answered attempt lasts until its response body
 // is read to the end or closed: the bulkhead bounds the whole exchange, and
@@ -30,9 +31,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound/admission"
@@ -91,14 +90,32 @@ type Transport struct {
 	base        *http.Transport
 	admission   admission.Config
 	key         func(*http.Request) string
+	customKey   bool
 	isFailure   func(*http.Response) bool
 	idleTimeout time.Duration
 
 	mu        sync.RWMutex
 	upstreams map[string]*admission.Pipeline
 	pools     map[string]*pool
+	routes    map[hostKey]*Route // with the default key: per scheme and URL host
 	closed    bool
 }
+
+type hostKey struct{ scheme, host string }
+
+// Route is where a request goes: the upstream it is admitted against and the
+// pool of connections to its address. Transport.Route finds it.
+type Route struct {
+	key      string
+	pipeline *admission.Pipeline
+	pool     *pool
+}
+
+// Key returns the route's upstream key.
+func (r *Route) Key() string { return r.key }
+
+// Pipeline returns the route's admission pipeline.
+func (r *Route) Pipeline() *admission.Pipeline { return r.pipeline }
 
 // New validates cfg and returns a Transport. Errors name the offending field.
 func New(cfg Config) (*Transport, error) {
@@ -133,6 +150,8 @@ func New(cfg Config) (*Transport, error) {
 		isFailure:   cfg.IsFailure,
 		idleTimeout: cfg.IdleConnTimeout,
 		upstreams:   map[string]*admission.Pipeline{},
+		routes:      map[hostKey]*Route{},
+		customKey:   cfg.UpstreamKey != nil,
 		pools:       map[string]*pool{},
 	}
 	if t.key == nil {
@@ -166,6 +185,35 @@ func address(req *http.Request) string {
 
 // UpstreamKey returns the key of the upstream req is admitted against.
 func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
+
+// Route returns where req goes. With the default upstream key, routes are
+// cached per scheme and URL host, so finding one allocates nothing.
+func (t *Transport) Route(req *http.Request) (*Route, error) {
+	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+		return nil, fmt.Errorf("outbound: unsupported request URL %q", req.URL)
+	}
+	hk := hostKey{req.URL.Scheme, req.URL.Host}
+	if !t.customKey {
+		t.mu.RLock()
+		r := t.routes[hk]
+		t.mu.RUnlock()
+		if r != nil {
+			return r, nil
+		}
+	}
+	key := t.key(req)
+	p, err := t.pool(req.URL.Scheme, address(req))
+	if err != nil {
+		return nil, err
+	}
+	r := &Route{key: key, pipeline: t.Pipeline(key), pool: p}
+	if !t.customKey {
+		t.mu.Lock()
+		t.routes[hk] = r
+		t.mu.Unlock()
+	}
+	return r, nil
+}
 
 // Pipeline returns the admission pipeline of the upstream named key, creating
 // it if needed.
@@ -256,23 +304,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // owns the body may use it for another attempt. In every other case the body
 // has been consumed and closed.
 func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
-		return nil, fmt.Errorf("outbound: unsupported request URL %q", req.URL)
+	r, err := t.Route(req)
+	if err != nil {
+		return nil, err
 	}
-	ctx := req.Context()
-	key := t.key(req)
-	pl := t.Pipeline(key)
+	return t.AttemptOn(r, req, req.Context(), req.Header, req.Body)
+}
+
+// AttemptOn is Attempt on a route found by Route, with the attempt's context,
+// header and body given apart from req: they replace req's in the one copy
+// of req that is sent (req itself is not modified), so that a caller making
+// several attempts of one request copies it once per attempt.
+func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, header http.Header, reqBody io.ReadCloser) (*http.Response, error) {
+	key, pl, p := r.key, r.pipeline, r.pool
 	start := clock.Now()
 	pm, err := pl.Acquire(ctx)
 	if err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
-	p, err := t.pool(req.URL.Scheme, address(req))
-	var c *conn
-	if err == nil {
-		c, err = p.get(ctx)
-	}
+	c, err := p.get(ctx)
 	if err != nil {
 		stage := classify.StageDial
 		var de *dialError
@@ -288,12 +339,14 @@ func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
 			Evidence: classify.EvidenceNoConnection, Err: err}
 	}
 
-	tr := &tracker{}
 	before := c.raw.written.Load()
 	reused := c.used.Swap(true)
-	resp, err := c.cc.RoundTrip(req.WithContext(tr.attach(ctx)))
+	areq := req.WithContext(ctx)
+	areq.Header, areq.Body = header, reqBody
+	resp, err := c.cc.RoundTrip(areq)
 	if err != nil {
-		facts := classify.Facts{Stage: tr.stage(), Written: c.raw.written.Load() - before, Err: err}
+		written := c.raw.written.Load() - before
+		facts := classify.Facts{Stage: classify.InferStage(written, err), Written: written, Err: err, Cancelled: ctx.Err() != nil}
 		cat, ev := classify.Failure(facts)
 		switch {
 		case callerCancelled(ctx), ev == classify.EvidenceGoAwayAbove,
@@ -342,34 +395,6 @@ func closeBody(req *http.Request) {
 		req.Body.Close()
 	}
 }
-
-// tracker follows an attempt's progress through the request, from the
-// httptrace hooks the connection calls (possibly from its own goroutines).
-type tracker struct {
-	st    atomic.Uint32
-	trace httptrace.ClientTrace
-}
-
-func (tr *tracker) attach(ctx context.Context) context.Context {
-	tr.st.Store(uint32(classify.StageWriteHeaders))
-	tr.trace = httptrace.ClientTrace{
-		WroteHeaders:         func() { tr.advance(classify.StageWriteBody) },
-		WroteRequest:         func(httptrace.WroteRequestInfo) { tr.advance(classify.StageAwait) },
-		GotFirstResponseByte: func() { tr.advance(classify.StageAwait) },
-	}
-	return httptrace.WithClientTrace(ctx, &tr.trace)
-}
-
-func (tr *tracker) advance(s classify.Stage) {
-	for {
-		old := tr.st.Load()
-		if old >= uint32(s) || tr.st.CompareAndSwap(old, uint32(s)) {
-			return
-		}
-	}
-}
-
-func (tr *tracker) stage() classify.Stage { return classify.Stage(tr.st.Load()) }
 
 // body holds the attempt's admission permit until the response body is read
 // to the end or closed, then records the outcome.

@@ -25,6 +25,7 @@ package classify
 import (
 	"errors"
 	"fmt"
+	"net"
 )
 
 // Stage is how far an attempt got.
@@ -78,21 +79,23 @@ func (c Category) String() string {
 type Evidence uint8
 
 const (
-	EvidenceLocalGuard      Evidence = iota + 1 // a local guard refused the attempt
-	EvidenceNoConnection                        // no connection was established
-	EvidenceNothingWritten                      // no byte of the request reached the socket
-	EvidenceRefusedStream                       // HTTP/2 RST_STREAM REFUSED_STREAM
-	EvidenceGoAwayAbove                         // HTTP/2 stream above the GOAWAY's last-stream-id
-	EvidenceGoAwayAtOrBelow                     // HTTP/2 stream at or below the GOAWAY's last-stream-id
-	EvidenceStreamReset                         // HTTP/2 RST_STREAM with another code
-	EvidenceBytesWritten                        // request bytes left; no status came back
-	EvidenceStatus                              // a status line arrived
+	EvidenceLocalGuard        Evidence = iota + 1 // a local guard refused the attempt
+	EvidenceNoConnection                          // no connection was established
+	EvidenceNothingWritten                        // no byte of the request reached the socket
+	EvidenceRefusedStream                         // HTTP/2 RST_STREAM REFUSED_STREAM
+	EvidenceGoAwayAbove                           // HTTP/2 stream above the GOAWAY's last-stream-id
+	EvidenceGoAwayAtOrBelow                       // HTTP/2 stream at or below the GOAWAY's last-stream-id
+	EvidenceStreamReset                           // HTTP/2 RST_STREAM with another code
+	EvidenceBytesWritten                          // request bytes left; no status came back
+	EvidenceStatus                                // a status line arrived
+	EvidenceCancelledInFlight                     // the context ended while the request may still have been going out
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
 	EvidenceNothingWritten: "nothing written", EvidenceRefusedStream: "REFUSED_STREAM",
 	EvidenceGoAwayAbove: "stream above GOAWAY last-stream-id", EvidenceGoAwayAtOrBelow: "stream at or below GOAWAY last-stream-id",
-	EvidenceStreamReset: "stream reset", EvidenceBytesWritten: "request bytes written, no status", EvidenceStatus: "status received"}
+	EvidenceStreamReset: "stream reset", EvidenceBytesWritten: "request bytes written, no status", EvidenceStatus: "status received",
+	EvidenceCancelledInFlight: "cancelled while the request may still have been going out"}
 
 func (e Evidence) String() string {
 	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {
@@ -151,13 +154,20 @@ type Facts struct {
 	Written int64
 	// Err is the error the attempt ended with.
 	Err error
+	// Cancelled reports that the attempt's context had ended when it
+	// failed. A transport may still be writing the request then (HTTP/2
+	// writes a stream's frames from its own goroutine), so zero bytes
+	// written so far proves nothing.
+	Cancelled bool
 }
 
 // Failure classifies an attempt that ended without a response.
 //
 // The order of the rules: a local rejection or a missing connection proves
 // non-processing; so does HTTP/2 evidence (REFUSED_STREAM, a stream above
-// the GOAWAY's last id), and so do zero bytes written. On HTTP/2 the byte
+// the GOAWAY's last id), and so do zero bytes written — unless the attempt's
+// context had ended, since the request may still have been going out. On
+// HTTP/2 the byte
 // count of the socket includes other streams, so a non-zero count proves
 // nothing and the stream evidence decides; with no such evidence the
 // attempt is Ambiguous.
@@ -172,10 +182,29 @@ func Failure(f Facts) (Category, Evidence) {
 	switch {
 	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove:
 		return NotSent, h2
+	case f.Written == 0 && f.Cancelled:
+		return Ambiguous, EvidenceCancelledInFlight
 	case f.Written == 0:
 		return NotSent, EvidenceNothingWritten
 	case h2 != 0:
 		return Ambiguous, h2
 	}
 	return Ambiguous, EvidenceBytesWritten
+}
+
+// InferStage locates a failure that came with no response from what is
+// known of it: nothing written means the request line and headers never
+// left; a failed write (a *net.OpError whose Op is "write" or "readfrom")
+// means the request was being written; anything else means the request was
+// out and the response awaited.
+func InferStage(written int64, err error) Stage {
+	if written == 0 {
+		return StageWriteHeaders
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if op, ok := e.(*net.OpError); ok && (op.Op == "write" || op.Op == "readfrom") {
+			return StageWriteBody
+		}
+	}
+	return StageAwait
 }

@@ -1,9 +1,11 @@
 package classify_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"syscall"
 	"testing"
 
@@ -39,6 +41,8 @@ func TestFailureClassification(t *testing.T) {
 		{"GOAWAY at or below", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: goAway}, classify.Ambiguous, classify.EvidenceGoAwayAtOrBelow},
 		{"GOAWAY above", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: above}, classify.NotSent, classify.EvidenceGoAwayAbove},
 		{"GOAWAY above, first stream, error code", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: aboveFirst}, classify.NotSent, classify.EvidenceGoAwayAbove},
+		{"cancelled with nothing written yet", classify.Facts{Stage: classify.StageWriteHeaders, Written: 0, Err: context.Canceled, Cancelled: true}, classify.Ambiguous, classify.EvidenceCancelledInFlight},
+		{"cancelled after REFUSED_STREAM", classify.Facts{Stage: classify.StageAwait, Written: 0, Err: refused, Cancelled: true}, classify.NotSent, classify.EvidenceRefusedStream},
 		{"GOAWAY text inside another message", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("x: " + above.Error())}, classify.Ambiguous, classify.EvidenceBytesWritten},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +80,28 @@ func TestNamesOfStagesCategoriesAndEvidence(t *testing.T) {
 	} {
 		if got := v.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
+
+func TestInferStage(t *testing.T) {
+	write := &net.OpError{Op: "write", Err: syscall.EPIPE}
+	readFrom := &net.OpError{Op: "readfrom", Err: fmt.Errorf("copy: %w", write)}
+	read := &net.OpError{Op: "read", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		written int64
+		err     error
+		want    classify.Stage
+	}{
+		{0, write, classify.StageWriteHeaders},
+		{0, io.EOF, classify.StageWriteHeaders},
+		{100, write, classify.StageWriteBody},
+		{100, fmt.Errorf("rt: %w", readFrom), classify.StageWriteBody},
+		{100, read, classify.StageAwait},
+		{100, io.EOF, classify.StageAwait},
+	} {
+		if got := classify.InferStage(tc.written, tc.err); got != tc.want {
+			t.Errorf("InferStage(%d, %v) = %v, want %v", tc.written, tc.err, got, tc.want)
 		}
 	}
 }
