@@ -336,7 +336,7 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 			pm.Failure(time.Duration(clock.Now() - start))
 		}
 		return nil, &classify.Error{Upstream: key, Stage: stage, Category: classify.NotSent,
-			Evidence: classify.EvidenceNoConnection, Err: err}
+			Evidence: classify.EvidenceNoConnection, Err: withCause(ctx, err)}
 	}
 
 	before := c.raw.written.Load()
@@ -361,7 +361,7 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 		if c.cc.Err() != nil {
 			p.retire(c)
 		}
-		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev, Err: err}
+		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev, Err: withCause(ctx, err)}
 	}
 	if resp.ProtoMajor == 2 {
 		p.learnHTTP2()
@@ -382,6 +382,16 @@ func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
 	} else {
 		pm.Success(elapsed)
 	}
+}
+
+// withCause makes sure an error of an attempt ended by its per-attempt
+// timeout says so on every protocol: net/http returns the context's cause for
+// HTTP/1 but context.DeadlineExceeded for HTTP/2.
+func withCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrAttemptTimeout) && !errors.Is(err, ErrAttemptTimeout) {
+		return fmt.Errorf("%w (%w)", ErrAttemptTimeout, err)
+	}
+	return err
 }
 
 // callerCancelled reports whether ctx ended for a reason other than a
@@ -421,7 +431,7 @@ func (b *body) Read(p []byte) (int, error) {
 		b.end(true, cancelled)
 		if !cancelled {
 			err = &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
-				Evidence: classify.EvidenceStatus, Err: err}
+				Evidence: classify.EvidenceStatus, Err: withCause(b.ctx, err)}
 		}
 	}
 	return n, err
