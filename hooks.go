@@ -67,25 +67,8 @@ type AttemptInfo struct {
 func ComposeHooks(hs ...Hooks) Hooks {
 	var out Hooks
 	for _, h := range hs {
-		h := h
-		if f := h.CallStart; f != nil {
-			prev := out.CallStart
-			out.CallStart = func(ctx context.Context, c CallInfo) context.Context {
-				if prev != nil {
-					ctx = prev(ctx, c)
-				}
-				return f(ctx, c)
-			}
-		}
-		if f := h.AttemptStart; f != nil {
-			prev := out.AttemptStart
-			out.AttemptStart = func(ctx context.Context, a AttemptInfo) context.Context {
-				if prev != nil {
-					ctx = prev(ctx, a)
-				}
-				return f(ctx, a)
-			}
-		}
+		out.CallStart = chainCtx(out.CallStart, h.CallStart)
+		out.AttemptStart = chainCtx(out.AttemptStart, h.AttemptStart)
 		out.AttemptDone = chain3(out.AttemptDone, h.AttemptDone)
 		out.RetryDecided = chain3(out.RetryDecided, h.RetryDecided)
 		out.BudgetExhausted = chain2(out.BudgetExhausted, h.BudgetExhausted)
@@ -101,6 +84,18 @@ func ComposeHooks(hs ...Hooks) Hooks {
 		}
 	}
 	return out
+}
+
+// chainCtx chains two context-returning hooks: f sees the context prev
+// returned.
+func chainCtx[I any](prev, f func(context.Context, I) context.Context) func(context.Context, I) context.Context {
+	switch {
+	case f == nil:
+		return prev
+	case prev == nil:
+		return f
+	}
+	return func(ctx context.Context, info I) context.Context { return f(prev(ctx, info), info) }
 }
 
 func chain2[A, B any](prev, f func(A, B)) func(A, B) {

@@ -12,18 +12,16 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
 
-var protos = []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C, outboundtest.H2TLS}
+var protos = testkit.Protos
 
 func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
-	t.Helper()
-	s := outboundtest.NewServer(p)
-	t.Cleanup(s.Close)
-	return s
+	return testkit.NewServer(t, p)
 }
 
 func newClient(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Client {
@@ -40,33 +38,17 @@ func newClient(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbo
 	return c
 }
 
-type bodyKind int
+type bodyKind = testkit.BodyKind
 
 const (
-	noBody bodyKind = iota
-	replayable
-	oneShot
+	noBody     = testkit.NoBody
+	replayable = testkit.Replayable
+	oneShot    = testkit.OneShot
 )
-
-func (k bodyKind) String() string { return [...]string{"GET", "POST-replayable", "POST-one-shot"}[k] }
 
 func newRequest(t *testing.T, ctx context.Context, s *outboundtest.Server, k bodyKind, id string) *http.Request {
 	t.Helper()
-	var req *http.Request
-	var err error
-	switch k {
-	case noBody:
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/item", nil)
-	case replayable:
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders", strings.NewReader(`{"qty":1}`))
-	case oneShot:
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders", io.NopCloser(strings.NewReader(`{"qty":1}`)))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(outboundtest.IDHeader, id)
-	return req
+	return testkit.NewRequest(t, ctx, s, k, id)
 }
 
 // do makes a call, reads the whole body and returns the outcome.

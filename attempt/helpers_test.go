@@ -1,30 +1,25 @@
 package attempt_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
 )
 
-var protos = []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C, outboundtest.H2TLS}
+var protos = testkit.Protos
 
 func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
-	t.Helper()
-	s := outboundtest.NewServer(p)
-	t.Cleanup(s.Close)
-	return s
+	return testkit.NewServer(t, p)
 }
 
 func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Transport {
@@ -38,43 +33,19 @@ func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *att
 	return tr
 }
 
-// bodyKind is how a request carries its body.
-type bodyKind int
+type bodyKind = testkit.BodyKind
 
 const (
-	noBody     bodyKind = iota // GET
-	replayable                 // POST with GetBody
-	oneShot                    // POST with a body that can be read once
+	noBody     = testkit.NoBody
+	replayable = testkit.Replayable
+	oneShot    = testkit.OneShot
 )
 
-func (k bodyKind) String() string { return [...]string{"GET", "POST-replayable", "POST-one-shot"}[k] }
-
-// closeTracker records whether a request body was closed.
-type closeTracker struct {
-	io.Reader
-	closed atomic.Bool
-}
-
-func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
+type closeTracker = testkit.CloseTracker
 
 func newRequest(t *testing.T, ctx context.Context, s *outboundtest.Server, k bodyKind, id string) *http.Request {
 	t.Helper()
-	var req *http.Request
-	var err error
-	switch k {
-	case noBody:
-		req, err = http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/item", nil)
-	case replayable:
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders", strings.NewReader(`{"qty":1}`))
-	case oneShot:
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders",
-			&closeTracker{Reader: bytes.NewReader([]byte(`{"qty":1}`))})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(outboundtest.IDHeader, id)
-	return req
+	return testkit.NewRequest(t, ctx, s, k, id)
 }
 
 // outcome is what one attempt came to, as the caller sees it.

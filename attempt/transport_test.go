@@ -210,7 +210,7 @@ func TestRoundTripKeepsTheRoundTripperContract(t *testing.T) {
 			if err == nil {
 				resp.Body.Close()
 			}
-			if !req.Body.(*closeTracker).closed.Load() {
+			if !req.Body.(*closeTracker).Closed.Load() {
 				t.Errorf("%s: request body not closed (err %v)", name, err)
 			}
 		}
@@ -223,7 +223,7 @@ func TestRoundTripKeepsTheRoundTripperContract(t *testing.T) {
 		if _, err := tr2.RoundTrip(req); !errors.Is(err, classify.ErrNotSent) {
 			t.Fatalf("err %v", err)
 		}
-		if !req.Body.(*closeTracker).closed.Load() {
+		if !req.Body.(*closeTracker).Closed.Load() {
 			t.Fatal("request body not closed")
 		}
 	})
@@ -249,7 +249,7 @@ func TestAttemptLeavesAnUnsentBodyUnread(t *testing.T) {
 	if _, err := tr.Attempt(req); !errors.Is(err, classify.ErrNotSent) {
 		t.Fatalf("err %v", err)
 	}
-	if req.Body.(*closeTracker).closed.Load() {
+	if req.Body.(*closeTracker).Closed.Load() {
 		t.Fatal("Attempt closed a body it never sent")
 	}
 	s.Resume()

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -86,4 +87,16 @@ func version() string {
 		rev += "+dirty"
 	}
 	return "(devel) " + rev
+}
+
+// parse parses a command's flags. When it returns false, the command must
+// return code: 0 after -h, 2 after an error (already printed by fs).
+func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
 }

@@ -1,0 +1,69 @@
+// Package testkit holds the helpers that several packages' tests share: the
+// fault upstream per protocol, and requests of the three body kinds.
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+// Protos are the protocols every fault is tried on.
+var Protos = []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C, outboundtest.H2TLS}
+
+// NewServer starts a fault upstream closed at the end of the test.
+func NewServer(t testing.TB, p outboundtest.Proto) *outboundtest.Server {
+	t.Helper()
+	s := outboundtest.NewServer(p)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// BodyKind is how a request carries its body.
+type BodyKind int
+
+const (
+	NoBody     BodyKind = iota // GET
+	Replayable                 // POST with GetBody
+	OneShot                    // POST with a body that can be read once (a *CloseTracker)
+)
+
+func (k BodyKind) String() string { return [...]string{"GET", "POST-replayable", "POST-one-shot"}[k] }
+
+// CloseTracker is a one-shot request body that records whether it was
+// closed.
+type CloseTracker struct {
+	io.Reader
+	Closed atomic.Bool
+}
+
+// Close records the close.
+func (c *CloseTracker) Close() error { c.Closed.Store(true); return nil }
+
+// NewRequest returns a request of kind k to s, carrying id in the
+// outboundtest.IDHeader so that s counts its executions.
+func NewRequest(t testing.TB, ctx context.Context, s *outboundtest.Server, k BodyKind, id string) *http.Request {
+	t.Helper()
+	var req *http.Request
+	var err error
+	switch k {
+	case NoBody:
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/item", nil)
+	case Replayable:
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders", strings.NewReader(`{"qty":1}`))
+	case OneShot:
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/orders",
+			&CloseTracker{Reader: bytes.NewReader([]byte(`{"qty":1}`))})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(outboundtest.IDHeader, id)
+	return req
+}
