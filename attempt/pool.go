@@ -51,21 +51,22 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 			return nil, errPoolClosed
 		}
 		// The most recently freed connection first (its TCP and TLS state
-		// is warm). Reserve fails only for a stale entry: a connection that
-		// filled up or died since; the state hook puts it back when it has
-		// room again. Busy connections are never asked, so a request does
+		// is warm). Busy connections are never asked, so an attempt does
 		// not pay a failed Reserve (an allocation) per busy connection.
-		for n := len(p.ready); n > 0; n = len(p.ready) {
+		// Reserve may run the connection's state hook, which takes p.mu:
+		// it is called without the lock.
+		if n := len(p.ready); n > 0 {
 			c := p.ready[n-1]
+			p.mu.Unlock()
 			if c.cc.Reserve() == nil {
 				if c.cc.Available() == 0 {
-					p.popReady()
+					p.dropReady(c)
 				}
-				p.mu.Unlock()
 				c.busy()
 				return c, nil
 			}
-			p.popReady()
+			p.dropReady(c) // stale: filled up or died since; the hook brings it back
+			continue
 		}
 		if p.h2 && p.dialing != nil { // one HTTP/2 dial at a time
 			wait := p.dialing
@@ -142,7 +143,7 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 	return c, nil
 }
 
-// pushReady and popReady keep p.ready; p.mu must be held.
+// pushReady puts c on p.ready; p.mu must be held.
 func (p *pool) pushReady(c *conn) {
 	if !c.inReady && !c.retired.Load() {
 		c.inReady = true
@@ -150,11 +151,20 @@ func (p *pool) pushReady(c *conn) {
 	}
 }
 
-func (p *pool) popReady() {
-	n := len(p.ready)
-	p.ready[n-1].inReady = false
-	p.ready[n-1] = nil
-	p.ready = p.ready[:n-1]
+// dropReady takes c off p.ready if it is there; it takes p.mu.
+func (p *pool) dropReady(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !c.inReady {
+		return
+	}
+	for i := len(p.ready) - 1; i >= 0; i-- {
+		if p.ready[i] == c {
+			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			break
+		}
+	}
+	c.inReady = false
 }
 
 // learnHTTP2 records that the upstream speaks HTTP/2, so that later attempts

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -272,5 +273,40 @@ func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
 		if _, err := attempt.New(cfg); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("err = %v, want it to name %s", err, field)
 		}
+	}
+}
+
+// TestConcurrentHTTP2AttemptsDoNotDeadlockThePool pins a bug: the pool held
+// its lock while calling ClientConn.Reserve, which may run the connection's
+// state hook at once, and the hook takes the same lock. Many attempts sharing
+// an HTTP/2 connection hung within a few runs.
+func TestConcurrentHTTP2AttemptsDoNotDeadlockThePool(t *testing.T) {
+	for _, p := range []outboundtest.Proto{outboundtest.H2C, outboundtest.H2TLS} {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() {
+						for range 40 {
+							roundTrip(tr, newRequest(t, context.Background(), s, noBody, "c"))
+						}
+					})
+				}
+				wg.Wait()
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				buf := make([]byte, 1<<20)
+				t.Fatalf("640 attempts did not finish in 30 s:\n%s", buf[:runtime.Stack(buf, true)])
+			}
+			if got := s.Executions("c"); got != 640 {
+				t.Fatalf("executions %d, want 640", got)
+			}
+		})
 	}
 }
