@@ -85,14 +85,19 @@ func (c *call) run() (*http.Response, error) {
 	}
 	h := &c.t.hooks
 	for n := 1; ; n++ {
+		body, err := c.attemptBody(n)
+		if err != nil {
+			c.out.Reason = retry.BodyUnavailable
+			return nil, c.fail(err)
+		}
 		ai := AttemptInfo{CallInfo: c.info, Attempt: n}
 		actx := c.ctx
 		if h.AttemptStart != nil {
 			actx = safeCtx(h.AttemptStart, actx, ai)
 		}
-		actx, body, acancel, err := c.attemptRequest(actx, n)
-		if err != nil {
-			return nil, c.fail(err)
+		acancel := context.CancelFunc(noop)
+		if c.t.attemptTimeout > 0 {
+			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 		}
 		start := time.Now()
 		resp, err := c.t.attempts.AttemptOn(c.route, c.req, actx, c.header, body)
@@ -141,37 +146,31 @@ func (c *call) run() (*http.Response, error) {
 	}
 }
 
-// attemptRequest prepares attempt n: its context (with the attempt's
-// timeout) and a body that can be sent. The caller's request itself is never
-// modified: the attempt layer sends a copy with these.
-func (c *call) attemptRequest(actx context.Context, n int) (context.Context, io.ReadCloser, context.CancelFunc, error) {
-	acancel := context.CancelFunc(noop)
-	if c.t.attemptTimeout > 0 {
-		actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
-	}
-	var body io.ReadCloser = c.req.Body
+// attemptBody returns the body of attempt n (nil for none). The caller's
+// request itself is never modified: the attempt layer sends a copy with it.
+func (c *call) attemptBody(n int) (io.ReadCloser, error) {
 	switch {
 	case c.req.Body == nil || c.req.Body == http.NoBody:
+		return c.req.Body, nil
 	case c.body != nil && (!c.body.touched() || c.req.GetBody == nil):
 		// The previous attempt never sent its body: send the same one.
 		// (A one-shot body that was sent only gets here through
 		// mutate.ResendOneShotBodies, which the soak test uses to prove
 		// that it catches a re-sent one-shot body.)
-		body = c.body
+		return c.body, nil
 	case n == 1:
 		c.body = &trackedBody{rc: c.req.Body}
-		body = c.body
-	default: // Decide allowed a retry, so the body is replayable
-		c.body.Close()
-		rc, err := c.req.GetBody()
-		if err != nil {
-			acancel()
-			return nil, nil, nil, err
-		}
-		c.body = &trackedBody{rc: rc}
-		body = c.body
+		return c.body, nil
 	}
-	return actx, body, acancel, nil
+	// Decide allowed a retry, so the body is replayable.
+	c.body.Close()
+	rc, err := c.req.GetBody()
+	if err != nil {
+		c.body = nil
+		return nil, err
+	}
+	c.body = &trackedBody{rc: rc}
+	return c.body, nil
 }
 
 func noop() {}
@@ -262,8 +261,9 @@ func (c *call) fail(err error) error {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	if len(c.out.Attempts) == 0 {
-		c.out.Resolve()
+	c.out.Resolve()
+	if c.out.Reason == 0 {
+		c.out.Reason = retry.LocalRejection // the request could not be made at all
 	}
 	return &outcome.Error{Outcome: c.out, Err: err}
 }

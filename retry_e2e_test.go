@@ -240,3 +240,32 @@ func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
 		}
 	}
 }
+
+// TestAGetBodyFailureEndsTheCallWithAResolvedOutcome pins a bug: when GetBody
+// failed before a retry, the call ended with no commit status and no reason.
+func TestAGetBodyFailureEndsTheCallWithAResolvedOutcome(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	c := newClient(t, s, outbound.Config{})
+	s.Enqueue(outboundtest.ResetAfterRead())
+	req, _ := http.NewRequest(http.MethodPut, s.URL+"/x", strings.NewReader("v"))
+	broken := errors.New("cannot reopen the body")
+	req.GetBody = func() (io.ReadCloser, error) { return nil, broken }
+	_, out, err := c.Do(req)
+	if !errors.Is(err, broken) || !errors.Is(err, outcome.ErrUnknown) || out.Commit != outcome.Unknown ||
+		out.Reason != retry.BodyUnavailable || len(out.Attempts) != 1 {
+		t.Fatalf("err %v, outcome %v (reason %v)", err, out, out.Reason)
+	}
+}
+
+func TestAnUnsupportedURLErrorCarriesNoPathOrQuery(t *testing.T) {
+	c, err := outbound.NewClient(outbound.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Transport().Close()
+	req, _ := http.NewRequest(http.MethodGet, "ftp://example.com/secret-path?token=secret-query", nil)
+	_, out, err := c.Do(req)
+	if err == nil || strings.Contains(err.Error(), "secret") || out.Commit != outcome.NotCommitted {
+		t.Fatalf("err %v, outcome %v", err, out)
+	}
+}

@@ -190,7 +190,7 @@ func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
 // cached per scheme and URL host, so finding one allocates nothing.
 func (t *Transport) Route(req *http.Request) (*Route, error) {
 	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
-		return nil, fmt.Errorf("outbound: unsupported request URL %q", req.URL)
+		return nil, errUnsupportedURL(req)
 	}
 	hk := hostKey{req.URL.Scheme, req.URL.Host}
 	if !t.customKey {
@@ -213,6 +213,15 @@ func (t *Transport) Route(req *http.Request) (*Route, error) {
 		t.mu.Unlock()
 	}
 	return r, nil
+}
+
+// errUnsupportedURL names the scheme and host only: a URL's path and query
+// may carry secrets, and errors end up in logs.
+func errUnsupportedURL(req *http.Request) error {
+	if req.URL == nil {
+		return errors.New("outbound: request has no URL")
+	}
+	return fmt.Errorf("outbound: unsupported request URL: scheme %q, host %q (want http or https, and a host)", req.URL.Scheme, req.URL.Host)
 }
 
 // Pipeline returns the admission pipeline of the upstream named key, creating

@@ -91,13 +91,15 @@ const (
 	DeadlineTooClose                           // the backoff does not fit before the deadline
 	BudgetExhausted                            // the retry budget is spent
 	ContextDone                                // the call's context ended while it waited to retry
+	BodyUnavailable                            // GetBody failed: the body of the next attempt could not be made
 )
 
 var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", LocalRejection: "rejected locally",
 	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
 	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
-	BudgetExhausted: "retry budget exhausted", ContextDone: "context done while waiting to retry"}
+	BudgetExhausted: "retry budget exhausted", ContextDone: "context done while waiting to retry",
+	BodyUnavailable: "GetBody failed"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {
