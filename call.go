@@ -54,7 +54,12 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.info.Scheme, c.info.Host = u.Scheme, u.Hostname()
 		c.info.Port, _ = strconv.Atoi(u.Port())
 		if c.info.Port == 0 {
-			c.info.Port = map[string]int{"http": 80, "https": 443}[u.Scheme]
+			switch u.Scheme {
+			case "http":
+				c.info.Port = 80
+			case "https":
+				c.info.Port = 443
+			}
 		}
 	}
 	if f := t.hooks.CallStart; f != nil {
