@@ -10,6 +10,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // FuzzPipelinePermitsAlwaysComeBack drives random sequences of acquisitions,
@@ -17,7 +18,9 @@ import (
 // waits and clock jumps through one pipeline, then checks that nothing
 // leaked: no permit outstanding, the bulkhead back to full capacity, every
 // rate token of an attempt that never reached the wire refunded, and no
-// HALF_OPEN trial slot lost.
+// HALF_OPEN trial slot lost. Each sequence runs twice: with the rate
+// limiter and the bulkhead as built, and with them striped over
+// per-processor cells, as they are after contention.
 func FuzzPipelinePermitsAlwaysComeBack(f *testing.F) {
 	for _, seed := range []string{
 		"\x00\x01\x00\x02\x00\x03\x00\x04",
@@ -28,14 +31,18 @@ func FuzzPipelinePermitsAlwaysComeBack(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		synctest.Test(t, func(t *testing.T) { runOps(t, ops) })
+		for _, striped := range []bool{false, true} {
+			synctest.Test(t, func(t *testing.T) { runOps(t, ops, striped) })
+		}
 	})
 }
 
 const fuzzBurst = 40
 
-func runOps(t *testing.T, ops []byte) {
+func runOps(t *testing.T, ops []byte, striped bool) {
 	r := &recorder{}
+	restore := shard.Force(striped)
+	defer restore()
 	p := mustPipeline(t, admission.Config{
 		Upstream: "fuzz",
 		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 10 * time.Second,

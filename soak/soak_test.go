@@ -37,6 +37,7 @@ import (
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/mutate"
+	"github.com/outboundhq/outbound/internal/shard"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -87,6 +88,7 @@ func TestSoakCatchesBrokenInvariants(t *testing.T) {
 
 // upstream is one fault server and the client that reaches it.
 type upstream struct {
+	name   string // the protocol, and whether the guards are striped
 	srv    *outboundtest.Server
 	client *outbound.Transport
 	events *eventCount
@@ -154,8 +156,11 @@ func (s stats) String() string {
 		s.phases, s.calls, s.byCategory, s.byCommit, s.executions, s.peakGoroutines, s.baseGoroutines, s.peakHeap>>20, s.checks, s.baseFD)
 }
 
-func newUpstream(p outboundtest.Proto) *upstream {
-	u := &upstream{srv: outboundtest.NewServer(p), events: &eventCount{n: map[string]int{}}}
+// newUpstream starts a fault upstream speaking p and a client for it. With
+// striped, the client's rate limiter and bulkhead for it are spread over
+// per-processor cells from the start, as they are after contention.
+func newUpstream(p outboundtest.Proto, striped bool) *upstream {
+	u := &upstream{name: p.String(), srv: outboundtest.NewServer(p), events: &eventCount{n: map[string]int{}}}
 	cfg := outbound.Config{
 		Transport: u.srv.Transport(),
 		Admission: admission.Config{
@@ -177,6 +182,12 @@ func newUpstream(p outboundtest.Proto) *upstream {
 		panic(err)
 	}
 	u.client = t
+	if striped {
+		u.name += " (striped)"
+		restore := shard.Force(true)
+		t.Attempts().Pipeline(u.srv.URL) // built now, striped
+		restore()
+	}
 	return u
 }
 
@@ -252,7 +263,8 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 	runtime.GC()
 	st.baseGoroutines, st.baseFD = runtime.NumGoroutine(), openFDs()
 
-	ups := []*upstream{newUpstream(outboundtest.HTTP1), newUpstream(outboundtest.H2C), newUpstream(outboundtest.H2TLS)}
+	ups := []*upstream{newUpstream(outboundtest.HTTP1, false), newUpstream(outboundtest.H2C, false), newUpstream(outboundtest.H2TLS, false),
+		newUpstream(outboundtest.H2C, true)}
 	var violations []string
 	fail := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 
@@ -382,21 +394,21 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 		st.executions += execs
 		idempotent := r.kind == get || r.kind == postWithKey
 		oneShot := r.kind == postOneShot || r.kind == putOneShot
-		check(idempotent && !oneShot || execs <= 1, "%s %s (%s) executed %d times", kindNames[r.kind], r.id, r.up.srv.Proto, execs)
+		check(idempotent && !oneShot || execs <= 1, "%s %s (%s) executed %d times", kindNames[r.kind], r.id, r.up.name, execs)
 		check(r.commit != outcome.NotCommitted || execs == 0, "%s %s reported not committed but executed %d times: %v", kindNames[r.kind], r.id, execs, r.out)
 		check(r.commit != 0, "%s %s has no commit status", kindNames[r.kind], r.id)
 	}
 	for _, u := range ups {
 		pl := u.client.Attempts().Pipeline(u.srv.URL)
-		check(pl.Bulkhead().InUse() == 0, "%s: %d bulkhead slots still held", u.srv.Proto, pl.Bulkhead().InUse())
+		check(pl.Bulkhead().InUse() == 0, "%s: %d bulkhead slots still held", u.name, pl.Bulkhead().InUse())
 		bm := pl.Breaker().Metrics()
-		check(bm.TrialsInFlight == 0, "%s: %d HALF_OPEN trial permits still held", u.srv.Proto, bm.TrialsInFlight)
+		check(bm.TrialsInFlight == 0, "%s: %d HALF_OPEN trial permits still held", u.name, bm.TrialsInFlight)
 		n := u.events.snapshot()
 		back := n["circuit-exit(success)"] + n["circuit-exit(failure)"] + n["circuit-release"]
-		check(n["circuit-enter"] == back, "%s: %d circuit permissions handed out, %d came back", u.srv.Proto, n["circuit-enter"], back)
-		check(n["rate-enter"] == n["rate-exit"]+n["rate-exit(refund)"], "%s: %d rate tokens taken, %d exited", u.srv.Proto, n["rate-enter"], n["rate-exit"]+n["rate-exit(refund)"])
-		check(n["rate-exit(refund)"] >= n["bulkhead-reject"], "%s: %d bulkhead rejections, %d rate refunds", u.srv.Proto, n["bulkhead-reject"], n["rate-exit(refund)"])
-		check(n["bulkhead-enter"] == n["bulkhead-exit"], "%s: %d bulkhead slots taken, %d given back", u.srv.Proto, n["bulkhead-enter"], n["bulkhead-exit"])
+		check(n["circuit-enter"] == back, "%s: %d circuit permissions handed out, %d came back", u.name, n["circuit-enter"], back)
+		check(n["rate-enter"] == n["rate-exit"]+n["rate-exit(refund)"], "%s: %d rate tokens taken, %d exited", u.name, n["rate-enter"], n["rate-exit"]+n["rate-exit(refund)"])
+		check(n["rate-exit(refund)"] >= n["bulkhead-reject"], "%s: %d bulkhead rejections, %d rate refunds", u.name, n["bulkhead-reject"], n["rate-exit(refund)"])
+		check(n["bulkhead-enter"] == n["bulkhead-exit"], "%s: %d bulkhead slots taken, %d given back", u.name, n["bulkhead-enter"], n["bulkhead-exit"])
 		if ph.name == "recovery" {
 			// The upstream is back: within the breaker's waits, healthy calls
 			// close it again.
@@ -404,7 +416,7 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 				call(u, get, "probe")
 				return pl.Breaker().State() == circuit.Closed
 			})
-			check(closed, "%s: the breaker of the recovered upstream is %v", u.srv.Proto, pl.Breaker().State())
+			check(closed, "%s: the breaker of the recovered upstream is %v", u.name, pl.Breaker().State())
 		}
 	}
 	check(m.HeapAlloc < 256<<20, "heap %d MiB", m.HeapAlloc>>20)

@@ -7,15 +7,27 @@
 // any moment is never missed. Waiters are woken in arrival order, but an
 // arriving attempt may take a freed slot before a woken waiter does (no strict
 // FIFO), which keeps the fast path lock-free.
+//
+// Under contention from several processors the free slots are spread over
+// per-processor cells (internal/shard), so that attempts on different cores
+// stop writing one shared counter: the bulkhead switches once it has seen
+// repeated compare-and-swap failures, and only when the limit is large
+// enough to give each cell a batch of at least two slots. Slots are moved,
+// never created: the limit holds exactly in both modes. A rejection is
+// decided after looking at every cell; a slot freed while it looks may be
+// missed, exactly as if it had been freed a moment later.
 package bulkhead
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // ErrFull is returned when every slot is taken and none was freed within the
@@ -37,14 +49,24 @@ type Config struct {
 // Bulkhead limits concurrency. It is safe for concurrent use. A nil *Bulkhead
 // admits everything.
 type Bulkhead struct {
-	inUse   atomic.Int64
-	waiting atomic.Int64 // len(waiters), readable without the lock
-	max     int64
-	maxWait time.Duration
+	free      atomic.Int64 // slots in the shared pool: neither taken nor in a cell
+	stripes   atomic.Pointer[shard.Stripes]
+	waiting   atomic.Int64 // len(waiters), readable without the lock
+	contended atomic.Int64 // failed compare-and-swaps on free, until striped
+	max       int64
+	batch     int64 // slots moved from the pool to a cell at once
+	maxWait   time.Duration
 
 	mu      sync.Mutex
 	waiters []chan struct{}
 }
+
+// stripeAfter is how many failed compare-and-swaps on the shared pool make
+// the bulkhead spread its slots over per-processor cells.
+const stripeAfter = 64
+
+// maxBatch bounds the slots a cell takes from the pool at once.
+const maxBatch = 64
 
 // New validates cfg and returns a Bulkhead, or nil (no limit) when
 // cfg.MaxConcurrent is zero. Errors name the offending field.
@@ -60,7 +82,16 @@ func New(cfg Config) (*Bulkhead, error) {
 		}
 		return nil, nil
 	}
-	return &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait}, nil
+	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait}
+	// A cell holds at most two batches, so the cells together hold at most
+	// half of the slots and the pool keeps some for processors that come
+	// late.
+	h.batch = max(1, min(maxBatch, h.max/int64(4*shard.Count())))
+	h.free.Store(h.max)
+	if shard.Forced() {
+		h.stripe()
+	}
+	return h, nil
 }
 
 // Acquire takes a slot, waiting for one at most the configured MaxWait. It
@@ -79,33 +110,108 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire() }
 
 func (h *Bulkhead) tryAcquire() bool {
+	if s := h.stripes.Load(); s != nil {
+		return h.tryStriped(s)
+	}
 	for {
-		n := h.inUse.Load()
-		if n >= h.max {
+		n := h.free.Load()
+		if n <= 0 {
+			// Striped meanwhile? Then the free slots may be in cells.
+			if s := h.stripes.Load(); s != nil {
+				return h.tryStriped(s)
+			}
 			return false
 		}
-		if h.inUse.CompareAndSwap(n, n+1) {
+		if h.free.CompareAndSwap(n, n-1) {
+			return true
+		}
+		h.contention()
+	}
+}
+
+// contention counts a failed compare-and-swap on the pool and stripes the
+// bulkhead once there have been enough.
+func (h *Bulkhead) contention() {
+	if h.contended.Add(1) == stripeAfter && h.batch >= 2 && shard.Worthwhile() {
+		h.stripe()
+	}
+}
+
+// stripe spreads the free slots over per-processor cells from now on.
+func (h *Bulkhead) stripe() { h.stripes.CompareAndSwap(nil, shard.New()) }
+
+// maxLooks bounds how often an attempt that finds no slot looks again
+// because a batch was moving between the pool and a cell meanwhile.
+const maxLooks = 64
+
+func (h *Bulkhead) tryStriped(s *shard.Stripes) bool {
+	c := s.Cell()
+	if s.Take(c) {
+		return true
+	}
+	for look := 0; ; look++ {
+		m, settled := s.Mark()
+		if h.refill(s, c) || s.Steal(c) {
+			return true
+		}
+		if settled && s.Settled(m) || look == maxLooks {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// refill takes a batch of slots from the pool: one for the caller, the rest
+// for cell c.
+func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
+	for {
+		n := h.free.Load()
+		if n <= 0 {
+			return false
+		}
+		k := min(n, h.batch)
+		s.StartMove()
+		ok := h.free.CompareAndSwap(n, n-k)
+		if ok && k > 1 {
+			s.Put(c, k-1)
+		}
+		s.EndMove()
+		if ok {
 			return true
 		}
 	}
 }
 
 // Release gives back a slot taken by Acquire. Releasing more slots than were
-// taken is a programming error and panics.
+// taken is a programming error and panics (before the bulkhead is striped,
+// at once; after, when the surplus reaches the shared pool).
 func (h *Bulkhead) Release() {
 	if h == nil {
 		return
 	}
-	if h.inUse.Add(-1) < 0 || h.waiting.Load() > 0 {
-		h.releaseSlow()
+	if s := h.stripes.Load(); s != nil {
+		c := s.Cell()
+		if s.Put(c, 1) > 2*h.batch {
+			h.spill(s, c)
+		}
+	} else if h.free.Add(1) > h.max {
+		panic("bulkhead: released more than held")
+	}
+	// Put first, look second: a waiter registered after this look scans
+	// the cells and the pool after the slot is there.
+	if h.waiting.Load() > 0 {
+		h.wakeOne()
 	}
 }
 
-func (h *Bulkhead) releaseSlow() {
-	if h.inUse.Load() < 0 {
+// spill moves a batch from cell c back to the pool.
+func (h *Bulkhead) spill(s *shard.Stripes, c uint32) {
+	s.StartMove()
+	over := s.TakeN(c, h.batch) && h.free.Add(h.batch) > h.max
+	s.EndMove()
+	if over {
 		panic("bulkhead: released more than held")
 	}
-	h.wakeOne()
 }
 
 func (h *Bulkhead) wakeOne() {
@@ -166,19 +272,24 @@ func (h *Bulkhead) leave(w chan struct{}) {
 	h.mu.Unlock()
 	select {
 	case <-w:
-		if h.inUse.Load() < h.max && h.waiting.Load() > 0 {
+		if h.InUse() < int(h.max) && h.waiting.Load() > 0 {
 			h.wakeOne()
 		}
 	default:
 	}
 }
 
-// InUse reports how many slots are taken.
+// InUse reports how many slots are taken. While slots are being taken and
+// given back concurrently on several processors it is approximate.
 func (h *Bulkhead) InUse() int {
 	if h == nil {
 		return 0
 	}
-	return int(h.inUse.Load())
+	n := h.max - h.free.Load()
+	if s := h.stripes.Load(); s != nil {
+		n -= s.Sum()
+	}
+	return int(n)
 }
 
 // Capacity reports the number of slots (0 for a nil, unlimited Bulkhead).

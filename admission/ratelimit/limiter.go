@@ -8,6 +8,18 @@
 // is subtracting one emission interval. It admits exactly what a token bucket
 // of the same rate and burst admits.
 //
+// Under contention from several processors the limiter stops making every
+// caller write the one shared word: once it has seen repeated
+// compare-and-swap failures, each processor leases a small batch of tokens
+// from the bucket into a cell of its own (internal/shard) and takes from
+// there, without reading the clock. A batch is at most Burst/(8 × cells) and
+// at most 64 tokens, and a limiter whose burst is too small for batches of
+// two never switches. Leased tokens count as taken when leased, so the
+// sustained rate is exact; what moves is when they are used: at the moment
+// a burst is allowed, up to the tokens held in cells (together at most
+// Burst/8) may be used on top of it. A caller that finds its cell and the
+// bucket empty takes from another processor's cell before it is rejected.
+//
 // Why not golang.org/x/time/rate: its refund is Reservation.Cancel, reachable
 // only through ReserveN, which returns a *Reservation that escapes to the heap
 // once kept beyond the call (one allocation per attempt), and every call takes
@@ -24,6 +36,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // ErrLimited is returned when no token is available now and none would be
@@ -53,11 +66,21 @@ type Limiter struct {
 	// tat is the theoretical arrival time: the instant at which the bucket
 	// would be full again if no token were taken from now on, minus one
 	// interval. A token is available at now when tat+interval-now <= tau.
-	tat      atomic.Int64
-	interval int64 // nanoseconds per token
-	tau      int64 // burst * interval
-	maxWait  int64
+	tat       atomic.Int64
+	stripes   atomic.Pointer[shard.Stripes]
+	contended atomic.Int64 // failed compare-and-swaps on tat, until striped
+	interval  int64        // nanoseconds per token
+	tau       int64        // burst * interval
+	maxWait   int64
+	batch     int64 // tokens a cell leases at once
 }
+
+// stripeAfter is how many failed compare-and-swaps on the bucket make the
+// limiter lease tokens to per-processor cells.
+const stripeAfter = 64
+
+// maxBatch bounds the tokens a cell leases at once.
+const maxBatch = 64
 
 // New validates cfg and returns a Limiter, or nil (no limit) when cfg.Rate is
 // zero. Errors name the offending field.
@@ -84,7 +107,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("ratelimit: Config.Burst %d is too large for Config.Rate %v", cfg.Burst, cfg.Rate)
 	}
 	l := &Limiter{interval: interval, tau: burst * interval, maxWait: int64(cfg.MaxWait)}
+	l.batch = max(1, min(maxBatch, burst/int64(8*shard.Count())))
 	l.tat.Store(clock.Never)
+	if shard.Forced() {
+		l.stripe()
+	}
 	return l, nil
 }
 
@@ -92,7 +119,7 @@ func New(cfg Config) (*Limiter, error) {
 // It returns nil, ErrLimited, or ctx.Err() unchanged; on failure no token is
 // held.
 func (l *Limiter) Acquire(ctx context.Context) error {
-	if l == nil || l.take(clock.Now()) {
+	if l == nil || l.tryTake() {
 		return nil
 	}
 	return l.acquireSlow(ctx)
@@ -100,13 +127,64 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 
 // TryAcquire takes a token if one is available now, without waiting. A nil
 // Limiter always has one.
-func (l *Limiter) TryAcquire() bool { return l == nil || l.take(clock.Now()) }
+func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake() }
+
+func (l *Limiter) tryTake() bool {
+	if s := l.stripes.Load(); s != nil {
+		return l.takeStriped(s)
+	}
+	return l.take(clock.Now())
+}
 
 // take is the fast path: one attempt to take a token available at once.
 func (l *Limiter) take(now int64) bool {
 	old := l.tat.Load()
 	next := max(old, now) + l.interval
-	return next-now <= l.tau && l.tat.CompareAndSwap(old, next)
+	if next-now > l.tau {
+		return false
+	}
+	if l.tat.CompareAndSwap(old, next) {
+		return true
+	}
+	l.contention()
+	return false
+}
+
+// contention counts a failed compare-and-swap on the bucket and stripes the
+// limiter once there have been enough.
+func (l *Limiter) contention() {
+	if l.contended.Add(1) == stripeAfter && l.batch >= 2 && shard.Worthwhile() {
+		l.stripe()
+	}
+}
+
+// stripe makes the limiter lease tokens to per-processor cells from now on.
+func (l *Limiter) stripe() { l.stripes.CompareAndSwap(nil, shard.New()) }
+
+// takeStriped takes a token from the caller's cell, or leases a batch from
+// the bucket, or takes one from another processor's cell.
+func (l *Limiter) takeStriped(s *shard.Stripes) bool {
+	c := s.Cell()
+	return s.Take(c) || l.lease(s, c, clock.Now()) || s.Steal(c)
+}
+
+// lease takes up to a batch of tokens available at now from the bucket: one
+// for the caller, the rest for cell c.
+func (l *Limiter) lease(s *shard.Stripes, c uint32, now int64) bool {
+	for {
+		old := l.tat.Load()
+		base := max(old, now)
+		k := min(l.batch, (l.tau-(base-now))/l.interval)
+		if k < 1 {
+			return false
+		}
+		if l.tat.CompareAndSwap(old, base+k*l.interval) {
+			if k > 1 {
+				s.Put(c, k-1)
+			}
+			return true
+		}
+	}
 }
 
 func (l *Limiter) acquireSlow(ctx context.Context) error {
@@ -169,7 +247,11 @@ func (l *Limiter) Available() int {
 	if l == nil {
 		return math.MaxInt
 	}
-	return l.availableAt(clock.Now())
+	n := l.availableAt(clock.Now())
+	if s := l.stripes.Load(); s != nil {
+		n += int(s.Sum())
+	}
+	return n
 }
 
 func (l *Limiter) availableAt(now int64) int {

@@ -1,0 +1,147 @@
+package ratelimit
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/shard"
+)
+
+// stripedLimiter builds a limiter that leases tokens to per-processor cells
+// from the start.
+func stripedLimiter(t *testing.T, cfg Config) *Limiter {
+	t.Helper()
+	defer shard.Force(true)()
+	l := mustNew(t, cfg)
+	if l.stripes.Load() == nil {
+		t.Fatal("not striped")
+	}
+	return l
+}
+
+// At one instant (the fake clock does not move), every token admitted was
+// taken from the bucket, leased or not: many callers together get exactly
+// the burst, and the tokens leased to cells are all found.
+func TestStripedLimiterAdmitsExactlyTheBurstAtOneInstant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const burst = 1000
+		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for l.TryAcquire() {
+					admitted.Add(1)
+					runtime.Gosched()
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != burst {
+			t.Fatalf("admitted %d, want exactly the burst %d", got, burst)
+		}
+		if got := l.Available(); got != 0 {
+			t.Fatalf("Available() = %d after the burst, want 0", got)
+		}
+	})
+}
+
+func TestStripedLimiterRefundsToTheBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := stripedLimiter(t, Config{Rate: 1, Burst: 100})
+		for range 100 {
+			if !l.TryAcquire() {
+				t.Fatal("rejected within the burst")
+			}
+		}
+		if l.TryAcquire() {
+			t.Fatal("admitted beyond the burst")
+		}
+		l.Refund()
+		if got := l.Available(); got != 1 {
+			t.Fatalf("Available() = %d after a refund, want 1", got)
+		}
+		if !l.TryAcquire() || l.TryAcquire() {
+			t.Fatal("a refund did not give back exactly one token")
+		}
+	})
+}
+
+// Leased tokens count as taken: over a long run the rate holds exactly,
+// whatever the cells hold at the end.
+func TestStripedLimiterKeepsTheSustainedRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rate, burst, seconds = 100, 50, 20
+		l := stripedLimiter(t, Config{Rate: rate, Burst: burst})
+		admitted := 0
+		for range seconds * 1000 {
+			for l.TryAcquire() {
+				admitted++
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if max := burst + rate*seconds; admitted > max {
+			t.Fatalf("admitted %d in %ds, more than burst+rate×time = %d", admitted, seconds, max)
+		}
+		if min := rate*seconds - int(l.batch)*l.stripes.Load().Cells(); admitted < min {
+			t.Fatalf("admitted %d in %ds, want at least %d", admitted, seconds, min)
+		}
+	})
+}
+
+func TestLimiterStripesAfterRepeatedContention(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	l := mustNew(t, Config{Rate: 1e6, Burst: 10000})
+	for range stripeAfter - 1 {
+		l.contention()
+	}
+	if l.stripes.Load() != nil {
+		t.Fatal("striped before the threshold")
+	}
+	l.contention()
+	if l.stripes.Load() == nil {
+		t.Fatal("not striped after the threshold")
+	}
+}
+
+func TestLimiterWithASmallBurstNeverStripes(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	l := mustNew(t, Config{Rate: 100, Burst: 40}) // Burst/(8×4 cells): batches of one
+	for range 10 * stripeAfter {
+		l.contention()
+	}
+	if l.stripes.Load() != nil {
+		t.Fatal("a limiter whose burst is too small for batches of two was striped")
+	}
+}
+
+// Tokens leased to another processor's cell are taken from there once the
+// caller's cell and the bucket are empty: a caller is not rejected while
+// tokens sit unused elsewhere.
+func TestStripedLimiterTakesTokensFromOtherCellsBeforeRejecting(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	synctest.Test(t, func(t *testing.T) {
+		const burst = 64
+		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
+		s := l.stripes.Load()
+		other := s.Cell() + 1 // the cell of a processor other than this one, mostly
+		taken := 0
+		for l.lease(s, other, clock.Now()) {
+			taken++
+		}
+		if s.Sum() == 0 {
+			t.Fatal("no tokens left in the other cell")
+		}
+		for l.TryAcquire() {
+			taken++
+		}
+		if taken != burst {
+			t.Fatalf("%d tokens taken, want the burst %d (%d left in cells)", taken, burst, s.Sum())
+		}
+	})
+}
