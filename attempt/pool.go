@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/clock"
 )
 
 // pool holds the connections to one address. Each is an *http.ClientConn:
@@ -37,8 +38,16 @@ type conn struct {
 	retired atomic.Bool // out of the pool; closed when nothing is in flight
 	inReady bool        // on p.ready; guarded by p.mu
 
-	mu   sync.Mutex
-	idle *time.Timer
+	// idleSince is when the connection last had nothing in flight
+	// (clock.Now). The idle timer, armed the first time, compares it with
+	// the idle timeout and re-arms itself, so that a request costs no timer
+	// operation.
+	idleSince atomic.Int64
+	idleArmed atomic.Bool
+
+	mu      sync.Mutex
+	idle    *time.Timer
+	stopped bool // retired: the idle timer is stopped for good
 }
 
 // get returns a connection with a reserved request slot, dialing one if
@@ -55,17 +64,29 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		// not pay a failed Reserve (an allocation) per busy connection.
 		// Reserve may run the connection's state hook, which takes p.mu:
 		// it is called without the lock.
+		//
+		// An HTTP/1 connection carries one request at a time: it leaves the
+		// ready stack with this attempt. An HTTP/2 one stays for the next
+		// attempts while it has room for more streams.
 		if n := len(p.ready); n > 0 {
-			c := p.ready[n-1]
+			c, h2 := p.ready[n-1], p.h2
+			if !h2 {
+				p.ready[n-1] = nil
+				p.ready = p.ready[:n-1]
+				c.inReady = false
+			}
 			p.mu.Unlock()
 			if c.cc.Reserve() == nil {
-				if c.cc.Available() == 0 {
+				if h2 && c.cc.Available() == 0 {
 					p.dropReady(c)
+				} else if !h2 && c.cc.Available() > 0 {
+					p.putReady(c) // HTTP/2 before the pool learnt it
 				}
-				c.busy()
 				return c, nil
 			}
-			p.dropReady(c) // stale: filled up or died since; the hook brings it back
+			if h2 {
+				p.dropReady(c) // stale: filled up or died since; the hook brings it back
+			}
 			continue
 		}
 		if p.h2 && p.dialing != nil { // one HTTP/2 dial at a time
@@ -151,6 +172,13 @@ func (p *pool) pushReady(c *conn) {
 	}
 }
 
+// putReady puts c on p.ready; it takes p.mu.
+func (p *pool) putReady(c *conn) {
+	p.mu.Lock()
+	p.pushReady(c)
+	p.mu.Unlock()
+}
+
 // dropReady takes c off p.ready if it is there; it takes p.mu.
 func (p *pool) dropReady(c *conn) {
 	p.mu.Lock()
@@ -183,33 +211,55 @@ func (c *conn) stateChanged(cc *http.ClientConn) {
 		return
 	}
 	if cc.Available() > 0 {
-		c.p.mu.Lock()
-		c.p.pushReady(c)
-		c.p.mu.Unlock()
+		c.p.putReady(c)
 	}
 	if cc.InFlight() == 0 {
-		c.mu.Lock()
-		if c.idle == nil {
-			c.idle = time.AfterFunc(c.p.idleTimeout, c.closeIfIdle)
-		} else {
-			c.idle.Reset(c.p.idleTimeout)
-		}
-		c.mu.Unlock()
+		c.becameIdle()
 	}
 }
 
-func (c *conn) busy() {
+// becameIdle notes that nothing is in flight on c, and arms the idle timer
+// the first time.
+func (c *conn) becameIdle() {
+	c.idleSince.Store(clock.Now())
+	if c.idleArmed.Load() {
+		return
+	}
 	c.mu.Lock()
-	if c.idle != nil {
-		c.idle.Stop()
+	if c.idle == nil && !c.stopped {
+		c.idle = time.AfterFunc(c.p.idleTimeout, c.idleCheck)
+		c.idleArmed.Store(true)
 	}
 	c.mu.Unlock()
 }
 
-func (c *conn) closeIfIdle() {
+// idleCheck is the idle timer: it retires c if nothing has been in flight
+// on it for the idle timeout, and otherwise fires again when that could
+// first be so.
+func (c *conn) idleCheck() {
+	wait := c.p.idleTimeout
 	if c.cc.InFlight() == 0 {
-		c.p.retire(c)
+		wait = time.Duration(c.idleSince.Load() + int64(c.p.idleTimeout) - clock.Now())
+		if wait <= 0 {
+			c.p.retire(c)
+			return
+		}
 	}
+	c.mu.Lock()
+	if !c.stopped {
+		c.idle.Reset(wait)
+	}
+	c.mu.Unlock()
+}
+
+// stopIdle stops the idle timer for good.
+func (c *conn) stopIdle() {
+	c.mu.Lock()
+	c.stopped = true
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
 }
 
 // retire takes c out of the pool, so that no new attempt uses it, and closes
@@ -241,7 +291,7 @@ func (p *pool) retire(c *conn) {
 		c.inReady = false
 	}
 	p.mu.Unlock()
-	c.busy()
+	c.stopIdle()
 	if c.cc.Err() == nil && c.cc.InFlight() == 0 {
 		c.cc.Close()
 	}
@@ -270,7 +320,7 @@ func (p *pool) close() {
 	p.conns, p.ready = nil, nil
 	p.mu.Unlock()
 	for _, c := range conns {
-		c.busy()
+		c.stopIdle()
 		c.cc.Close()
 	}
 }
