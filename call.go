@@ -13,6 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/clock"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -68,7 +69,9 @@ func newCall(t *Transport, req *http.Request) *call {
 	if _, has := c.ctx.Deadline(); !has && t.timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(c.ctx, t.timeout)
 	}
-	c.out = &outcome.Outcome{Upstream: key, Method: req.Method}
+	oa := &outcomeAndAttempt{Outcome: outcome.Outcome{Upstream: key, Method: req.Method}}
+	oa.Attempts = oa.first[:0]
+	c.out = &oa.Outcome
 	c.budget = t.Budget(key)
 	c.idempotent = retry.Idempotent(req.Method)
 	c.hasKey = req.Header.Get("Idempotency-Key") != ""
@@ -82,6 +85,13 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.hasKey = true
 	}
 	return c
+}
+
+// outcomeAndAttempt allocates a call's outcome together with room for its
+// first attempt: most calls make one.
+type outcomeAndAttempt struct {
+	outcome.Outcome
+	first [1]outcome.Attempt
 }
 
 func (c *call) run() (*http.Response, error) {
@@ -104,9 +114,9 @@ func (c *call) run() (*http.Response, error) {
 		if c.t.attemptTimeout > 0 {
 			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 		}
-		start := time.Now()
+		start := clock.Now()
 		resp, err := c.t.attempts.AttemptOn(c.route, c.req, actx, c.header, body)
-		a := record(resp, err, time.Since(start))
+		a := record(resp, err, time.Duration(clock.Now()-start))
 		final := err == nil && !c.t.retryable(resp.StatusCode)
 		c.account(a, final)
 
@@ -132,7 +142,11 @@ func (c *call) run() (*http.Response, error) {
 			c.out.Reason = d.Reason
 			c.out.Resolve()
 			if resp != nil {
-				resp.Body = &finalBody{ReadCloser: resp.Body, cancels: [2]context.CancelFunc{acancel, c.cancel}}
+				if c.t.attemptTimeout > 0 || c.cancel != nil { // timeouts to end with the body
+					resp.Body = &finalBody{ReadCloser: resp.Body, cancels: [2]context.CancelFunc{acancel, c.cancel}}
+				} else {
+					acancel() // noop: there is no timeout, and no wrapper is needed
+				}
 				return resp, nil
 			}
 			acancel()

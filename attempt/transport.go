@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -350,8 +351,11 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 
 	before := c.raw.written.Load()
 	reused := c.used.Swap(true)
-	areq := req.WithContext(ctx)
-	areq.Header, areq.Body = header, reqBody
+	areq := req // sent as it is when nothing differs: one copy fewer
+	if ctx != req.Context() || !sameHeader(header, req.Header) || reqBody != req.Body {
+		areq = req.WithContext(ctx)
+		areq.Header, areq.Body = header, reqBody
+	}
 	resp, err := c.cc.RoundTrip(areq)
 	if err != nil {
 		written := c.raw.written.Load() - before
@@ -383,6 +387,12 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 	}
 	resp.Body = &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
 	return resp, nil
+}
+
+// sameHeader reports whether a and b are the same map, not merely equal
+// ones.
+func sameHeader(a, b http.Header) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
