@@ -1,0 +1,60 @@
+package outbound_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+)
+
+// SPEC section 4 asks for end-to-end throughput within 2% of a bare
+// net/http client with classification on; allocations are what this
+// library adds per request on top of net/http's own. A plain GET through
+// every guard must not allocate more than the same GET through a bare
+// http.Transport (the in-process server's allocations count on both sides).
+func TestAPlainCallAllocatesNoMoreThanBareNetHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations over many requests")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	bare := &http.Transport{}
+	defer bare.CloseIdleConnections()
+	ours, err := outbound.New(outbound.Config{
+		Transport: &http.Transport{},
+		Admission: admission.Config{
+			Rate:     ratelimit.Config{Rate: 1e6, Burst: 1e6},
+			Bulkhead: bulkhead.Config{MaxConcurrent: 100},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ours.Close()
+
+	perRequest := func(rt http.RoundTripper) float64 {
+		get := func() {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		get() // the connection is dialled outside the measure
+		return testing.AllocsPerRun(300, get)
+	}
+	b, o := perRequest(bare), perRequest(ours)
+	t.Logf("allocations per request, client and server: bare %.1f, outbound %.1f", b, o)
+	if o > b {
+		t.Fatalf("outbound allocates %.1f per request, bare net/http %.1f", o, b)
+	}
+}
