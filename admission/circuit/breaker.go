@@ -30,6 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/outboundhq/outbound/internal/clock"
 )
@@ -132,12 +133,29 @@ type Breaker struct {
 	// of an earlier generation, whose result must be ignored anyway.
 	clean atomic.Bool
 
-	mu    sync.Mutex
-	set   settings
-	timer *time.Timer
+	// issued counts the HALF_OPEN trial permits handed out. Guarded by mu,
+	// like every field below.
+	issued int32
+
+	slowDur int64 // nanoseconds; a copy of the setting, read on every outcome
+
+	mu       sync.Mutex
+	set      unique.Handle[settings] // one copy for all breakers with equal settings
+	onChange func(Transition)
+	timer    *time.Timer
+
+	// count is the count-based window. In HALF_OPEN its counters (n, fail,
+	// slo) count the trial calls instead: the window is emptied when the
+	// breaker enters HALF_OPEN and again when it leaves it.
 	count countWindow
-	tw    *timeWindow // non-nil for a time-based window
-	half  struct{ issued, n, fail, slo int32 }
+	ext   *windowExt // the rest of a time-based or long count-based window
+}
+
+// windowExt holds what only some windows need, so that the common breaker
+// (a count window of up to 128 calls) is one small allocation.
+type windowExt struct {
+	time timeWindow // of a time-based window
+	bits []uint64   // of a count-based window of more than 128 calls
 }
 
 // New validates cfg and returns a CLOSED Breaker. Errors name the offending
@@ -147,11 +165,12 @@ func New(cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Breaker{set: s}
-	if s.windowType == TimeBased {
-		b.tw = newTimeWindow(s.windowSize)
-	} else {
-		b.count = newCountWindow(s.windowSize)
+	b := &Breaker{set: unique.Make(s), slowDur: s.slowDur, onChange: cfg.OnStateChange}
+	switch {
+	case s.windowType == TimeBased:
+		b.ext = &windowExt{time: newTimeWindow(s.windowSize)}
+	case 2*words(s.windowSize) > int32(len(b.count.inline)):
+		b.ext = &windowExt{bits: make([]uint64, 2*words(s.windowSize))}
 	}
 	return b, nil
 }
@@ -192,11 +211,11 @@ func (b *Breaker) allowTrial(w uint64) (Permit, error) {
 		b.mu.Unlock()
 		return b.Allow() // moved on meanwhile
 	}
-	if b.half.issued >= b.set.permitted {
+	if b.issued >= b.set.Value().permitted {
 		b.mu.Unlock()
 		return Permit{}, ErrHalfOpenFull
 	}
-	b.half.issued++
+	b.issued++
 	b.mu.Unlock()
 	return Permit{b: b, word: w}, nil
 }
@@ -237,7 +256,7 @@ func (p *Permit) resolve(o outcome, elapsed time.Duration) {
 		return
 	}
 	p.done = true
-	if o == success && int64(elapsed) < p.b.set.slowDur && p.b.clean.Load() {
+	if o == success && int64(elapsed) < p.b.slowDur && p.b.clean.Load() {
 		return // see Breaker.clean
 	}
 	p.b.finish(p.word, o, elapsed)
@@ -248,7 +267,7 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 	if st == Disabled || (o == release && st != HalfOpen) {
 		return
 	}
-	failed, slow := o == failure, int64(elapsed) >= b.set.slowDur
+	failed, slow := o == failure, int64(elapsed) >= b.slowDur
 	var tr Transition
 	b.mu.Lock()
 	if b.word.Load() != word {
@@ -258,23 +277,24 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 	switch st {
 	case Closed, MetricsOnly:
 		var n, f, s int32
-		if b.tw != nil {
-			b.tw.add(clock.Now(), failed, slow)
-			n, f, s = b.tw.n, b.tw.fail, b.tw.slo
+		if b.set.Value().windowType == TimeBased {
+			tw := &b.ext.time
+			tw.add(clock.Now(), failed, slow)
+			n, f, s = tw.n, tw.fail, tw.slo
 		} else {
-			b.count.add(failed, slow)
+			b.count.add(b.bits(), b.set.Value().windowSize, failed, slow)
 			n, f, s = b.count.n, b.count.fail, b.count.slo
-			b.clean.Store(n == b.count.size && f == 0 && s == 0)
+			b.clean.Store(n == b.set.Value().windowSize && f == 0 && s == 0)
 		}
-		if st == Closed && n >= b.set.minCalls {
+		if st == Closed && n >= b.set.Value().minCalls {
 			if r, fr, sr := b.verdict(n, f, s); r != 0 {
 				tr = b.moveLocked(Open, r, fr, sr)
 			}
 		}
 	case HalfOpen:
-		h := &b.half
+		h := &b.count // the trial counters
 		if o == release {
-			h.issued--
+			b.issued--
 			break
 		}
 		h.n++
@@ -284,7 +304,7 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 		if slow {
 			h.slo++
 		}
-		if h.n >= b.set.permitted {
+		if h.n >= b.set.Value().permitted {
 			r, fr, sr := b.verdict(h.n, h.fail, h.slo)
 			if r != 0 {
 				tr = b.moveLocked(Open, r, fr, sr)
@@ -302,9 +322,9 @@ func (b *Breaker) verdict(n, fail, slow int32) (Reason, float64, float64) {
 	fr := float64(fail) * 100 / float64(n)
 	sr := float64(slow) * 100 / float64(n)
 	switch {
-	case fr >= b.set.failPct:
+	case fr >= b.set.Value().failPct:
 		return ReasonFailureRate, fr, sr
-	case sr >= b.set.slowPct:
+	case sr >= b.set.Value().slowPct:
 		return ReasonSlowCallRate, fr, sr
 	}
 	return 0, fr, sr
@@ -320,22 +340,38 @@ func (b *Breaker) moveLocked(to State, r Reason, fr, sr float64) Transition {
 		b.timer.Stop()
 		b.timer = nil
 	}
+	if from := State(old & stateMask); to == Closed || to == MetricsOnly || to == HalfOpen || from == HalfOpen {
+		b.clearWindow()
+	}
 	switch to {
-	case Closed, MetricsOnly:
-		if b.tw != nil {
-			b.tw.reset()
-		} else {
-			b.count.reset()
-		}
 	case Open:
-		b.timer = time.AfterFunc(b.set.waitOpen, func() { b.onTimer(gen) })
+		b.timer = time.AfterFunc(b.set.Value().waitOpen, func() { b.onTimer(gen) })
 	case HalfOpen:
-		b.half.issued, b.half.n, b.half.fail, b.half.slo = 0, 0, 0, 0
-		if b.set.maxHalf > 0 {
-			b.timer = time.AfterFunc(b.set.maxHalf, func() { b.onTimer(gen) })
+		b.issued = 0
+		if b.set.Value().maxHalf > 0 {
+			b.timer = time.AfterFunc(b.set.Value().maxHalf, func() { b.onTimer(gen) })
 		}
 	}
 	return Transition{From: State(old & stateMask), To: to, Reason: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
+}
+
+// bits returns the count window's bitsets.
+func (b *Breaker) bits() []uint64 {
+	if b.ext != nil {
+		return b.ext.bits
+	}
+	return b.count.inline[:]
+}
+
+// clearWindow empties the sliding window and the trial counters. b.mu must
+// be held.
+func (b *Breaker) clearWindow() {
+	if b.set.Value().windowType == TimeBased {
+		b.ext.time.reset()
+		b.count.reset(nil)
+	} else {
+		b.count.reset(b.bits())
+	}
 }
 
 func (b *Breaker) onTimer(gen uint64) {
@@ -355,11 +391,11 @@ func (b *Breaker) onTimer(gen uint64) {
 
 // notify delivers tr, if it is one, outside the lock.
 func (b *Breaker) notify(tr Transition) {
-	if tr.Reason == 0 || b.set.onChange == nil {
+	if tr.Reason == 0 || b.onChange == nil {
 		return
 	}
 	defer func() { _ = recover() }()
-	b.set.onChange(tr)
+	b.onChange(tr)
 }
 
 // SetState moves the breaker to s at once, in a new generation: results of
@@ -379,8 +415,11 @@ func (b *Breaker) SetState(s State) {
 // Metrics is a snapshot of a breaker.
 type Metrics struct {
 	State State
-	// Calls, Failed and Slow count the outcomes in the current window (the
-	// closed-state window, or the trial calls in HALF_OPEN).
+	// Calls, Failed and Slow count the outcomes in the current window: the
+	// sliding window in CLOSED and METRICS_ONLY (and in OPEN, the window
+	// that opened the breaker), the trial calls in HALF_OPEN. The window is
+	// emptied when the breaker enters CLOSED, METRICS_ONLY or HALF_OPEN, and
+	// when it leaves HALF_OPEN.
 	Calls, Failed, Slow int
 	// TrialsInFlight is the number of HALF_OPEN trial permits not yet
 	// resolved.
@@ -396,11 +435,12 @@ func (b *Breaker) Metrics() Metrics {
 	m := Metrics{State: State(w & stateMask), Generation: w >> 8}
 	switch {
 	case m.State == HalfOpen:
-		m.Calls, m.Failed, m.Slow = int(b.half.n), int(b.half.fail), int(b.half.slo)
-		m.TrialsInFlight = int(b.half.issued - b.half.n)
-	case b.tw != nil:
-		b.tw.advance(floorDiv(clock.Now(), 1e9))
-		m.Calls, m.Failed, m.Slow = int(b.tw.n), int(b.tw.fail), int(b.tw.slo)
+		m.Calls, m.Failed, m.Slow = int(b.count.n), int(b.count.fail), int(b.count.slo)
+		m.TrialsInFlight = int(b.issued - b.count.n)
+	case b.set.Value().windowType == TimeBased:
+		tw := &b.ext.time
+		tw.advance(floorDiv(clock.Now(), 1e9))
+		m.Calls, m.Failed, m.Slow = int(tw.n), int(tw.fail), int(tw.slo)
 	default:
 		m.Calls, m.Failed, m.Slow = int(b.count.n), int(b.count.fail), int(b.count.slo)
 	}

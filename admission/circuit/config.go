@@ -88,7 +88,6 @@ type settings struct {
 	waitOpen         time.Duration
 	permitted        int32
 	maxHalf          time.Duration // <0: forever
-	onChange         func(Transition)
 }
 
 func (c Config) settings() (settings, error) {
@@ -99,7 +98,6 @@ func (c Config) settings() (settings, error) {
 		windowType: c.WindowType,
 		waitOpen:   orD(c.WaitInOpen, 60*time.Second),
 		maxHalf:    orD(c.MaxWaitInHalfOpen, 60*time.Second),
-		onChange:   c.OnStateChange,
 	}
 	rate := func(name string, v float64) error {
 		if !(v > 0 && v <= 100) {

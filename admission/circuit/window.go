@@ -3,48 +3,48 @@ package circuit
 import "github.com/outboundhq/outbound/internal/clock"
 
 // countWindow holds the outcomes of the last size calls as two bitsets
-// (failed, slow) in one slice: 32 bytes for the default 100 calls.
+// (failed, then slow) of words(size) words each: in inline for a window of
+// up to 128 calls, in a slice of the breaker's windowExt for a longer one.
 type countWindow struct {
-	bits                     []uint64 // [0, words): failed; [words, 2*words): slow
-	size, head, n, fail, slo int32
-}
-
-func newCountWindow(size int32) countWindow {
-	return countWindow{bits: make([]uint64, 2*words(size)), size: size}
+	inline             [4]uint64
+	head, n, fail, slo int32
 }
 
 func words(size int32) int32 { return (size + 63) / 64 }
 
-func (w *countWindow) add(failed, slow bool) {
+func (w *countWindow) add(bits []uint64, size int32, failed, slow bool) {
 	i, mask := w.head/64, uint64(1)<<(w.head%64)
-	slowI := i + words(w.size)
-	if w.n == w.size {
-		if w.bits[i]&mask != 0 {
+	slowI := i + words(size)
+	if w.n == size {
+		if bits[i]&mask != 0 {
 			w.fail--
 		}
-		if w.bits[slowI]&mask != 0 {
+		if bits[slowI]&mask != 0 {
 			w.slo--
 		}
 	} else {
 		w.n++
 	}
-	w.bits[i] &^= mask
-	w.bits[slowI] &^= mask
+	bits[i] &^= mask
+	bits[slowI] &^= mask
 	if failed {
-		w.bits[i] |= mask
+		bits[i] |= mask
 		w.fail++
 	}
 	if slow {
-		w.bits[slowI] |= mask
+		bits[slowI] |= mask
 		w.slo++
 	}
-	if w.head++; w.head == w.size {
+	if w.head++; w.head == size {
 		w.head = 0
 	}
 }
 
-func (w *countWindow) reset() {
-	clear(w.bits)
+// reset empties the window; bits are its bitsets (nil when the counters
+// serve only as trial counters).
+func (w *countWindow) reset(bits []uint64) {
+	clear(bits)
+	clear(w.inline[:])
 	w.head, w.n, w.fail, w.slo = 0, 0, 0, 0
 }
 
@@ -59,8 +59,8 @@ type timeWindow struct {
 
 type bucket struct{ n, fail, slo int32 }
 
-func newTimeWindow(size int32) *timeWindow {
-	return &timeWindow{buckets: make([]bucket, size), size: size, last: clock.Never / 1e9}
+func newTimeWindow(size int32) timeWindow {
+	return timeWindow{buckets: make([]bucket, size), size: size, last: clock.Never / 1e9}
 }
 
 func (w *timeWindow) add(now int64, failed, slow bool) {

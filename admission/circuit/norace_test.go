@@ -1,0 +1,5 @@
+//go:build !race
+
+package circuit_test
+
+const raceEnabled = false
