@@ -1,6 +1,7 @@
 package outbound_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/outcome"
 )
 
 // SPEC section 4 asks for end-to-end throughput within 2% of a bare
@@ -56,5 +58,35 @@ func TestAPlainCallAllocatesNoMoreThanBareNetHTTP(t *testing.T) {
 	t.Logf("allocations per request, client and server: bare %.1f, outbound %.1f", b, o)
 	if o > b {
 		t.Fatalf("outbound allocates %.1f per request, bare net/http %.1f", o, b)
+	}
+}
+
+type uncomparableCtx struct {
+	context.Context
+	tags []string
+}
+
+// Regression: a call whose context is a value that cannot be compared (it
+// holds a slice) once panicked in the attempt layer, which compared it with
+// the request's to decide whether to copy the request.
+func TestACallWithAnUncomparableContextDoesNotPanic(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	tr, err := outbound.New(outbound.Config{Transport: &http.Transport{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	req, _ := http.NewRequestWithContext(uncomparableCtx{Context: context.Background(), tags: []string{"a"}}, http.MethodGet, srv.URL, nil)
+	resp, out, err := tr.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if out.Commit != outcome.Committed {
+		t.Fatalf("commit %v, want committed", out.Commit)
 	}
 }

@@ -35,15 +35,17 @@ type call struct {
 	route  *attempt.Route
 	err    error // set when the call cannot be made at all (an invalid URL)
 
-	budget     *retry.Budget
-	idempotent bool
-	hasKey     bool
-	replayable bool         // no body, NoBody, or GetBody
-	body       *trackedBody // the body of the attempt in progress, if any
+	budget       *retry.Budget
+	ownCtx       bool // ctx is req.Context(): no hook or timeout replaced it
+	headerCloned bool // header is a copy of req.Header (an Idempotency-Key added)
+	idempotent   bool
+	hasKey       bool
+	replayable   bool         // no body, NoBody, or GetBody
+	body         *trackedBody // the body of the attempt in progress, if any
 }
 
 func newCall(t *Transport, req *http.Request) *call {
-	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header}
+	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header, ownCtx: true}
 	var key string
 	if c.route, c.err = t.attempts.Route(req); c.err == nil {
 		key = c.route.Key()
@@ -65,9 +67,11 @@ func newCall(t *Transport, req *http.Request) *call {
 	}
 	if f := t.hooks.CallStart; f != nil {
 		c.ctx = safeCtx(f, c.ctx, c.info)
+		c.ownCtx = false
 	}
 	if _, has := c.ctx.Deadline(); !has && t.timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(c.ctx, t.timeout)
+		c.ownCtx = false
 	}
 	oa := &outcomeAndAttempt{Outcome: outcome.Outcome{Upstream: key, Method: req.Method}}
 	oa.Attempts = oa.first[:0]
@@ -78,6 +82,7 @@ func newCall(t *Transport, req *http.Request) *call {
 	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	if t.idemKeys && !c.idempotent && !c.hasKey && c.replayable {
 		c.header = req.Header.Clone()
+		c.headerCloned = true
 		if c.header == nil {
 			c.header = http.Header{}
 		}
@@ -114,8 +119,15 @@ func (c *call) run() (*http.Response, error) {
 		if c.t.attemptTimeout > 0 {
 			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 		}
+		// The caller's request is sent as it is (no copy) when the attempt
+		// changes nothing in it; that is known by construction, since
+		// contexts and bodies cannot always be compared.
+		sendCtx := actx
+		if c.ownCtx && h.AttemptStart == nil && c.t.attemptTimeout == 0 && !c.headerCloned && body == nil {
+			sendCtx = nil
+		}
 		start := clock.Now()
-		resp, err := c.t.attempts.AttemptOn(c.route, c.req, actx, c.header, body)
+		resp, err := c.t.attempts.AttemptOn(c.route, c.req, sendCtx, c.header, body)
 		a := record(resp, err, time.Duration(clock.Now()-start))
 		final := err == nil && !c.t.retryable(resp.StatusCode)
 		c.account(a, final)

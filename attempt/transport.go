@@ -31,7 +31,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"reflect"
 	"sync"
 	"time"
 
@@ -318,14 +317,25 @@ func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.AttemptOn(r, req, req.Context(), req.Header, req.Body)
+	return t.AttemptOn(r, req, nil, nil, nil)
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context,
 // header and body given apart from req: they replace req's in the one copy
 // of req that is sent (req itself is not modified), so that a caller making
-// several attempts of one request copies it once per attempt.
+// several attempts of one request copies it once per attempt. With a nil
+// ctx, req is sent as it is, with its own context, header and body (header
+// and reqBody are then ignored): no copy at all. (The caller says so because
+// comparing contexts or bodies is not always possible: an interface holding
+// an uncomparable value panics when compared with one of the same type.)
 func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, header http.Header, reqBody io.ReadCloser) (*http.Response, error) {
+	areq := req
+	if ctx == nil {
+		ctx = req.Context()
+	} else {
+		areq = req.WithContext(ctx)
+		areq.Header, areq.Body = header, reqBody
+	}
 	key, pl, p := r.key, r.pipeline, r.pool
 	start := clock.Now()
 	pm, err := pl.Acquire(ctx)
@@ -351,11 +361,6 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 
 	before := c.raw.written.Load()
 	reused := c.used.Swap(true)
-	areq := req // sent as it is when nothing differs: one copy fewer
-	if ctx != req.Context() || !sameHeader(header, req.Header) || reqBody != req.Body {
-		areq = req.WithContext(ctx)
-		areq.Header, areq.Body = header, reqBody
-	}
 	resp, err := c.cc.RoundTrip(areq)
 	if err != nil {
 		written := c.raw.written.Load() - before
@@ -387,12 +392,6 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 	}
 	resp.Body = &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
 	return resp, nil
-}
-
-// sameHeader reports whether a and b are the same map, not merely equal
-// ones.
-func sameHeader(a, b http.Header) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
