@@ -416,10 +416,12 @@ func (b *Breaker) SetState(s State) {
 type Metrics struct {
 	State State
 	// Calls, Failed and Slow count the outcomes in the current window: the
-	// sliding window in CLOSED and METRICS_ONLY (and in OPEN, the window
-	// that opened the breaker), the trial calls in HALF_OPEN. The window is
-	// emptied when the breaker enters CLOSED, METRICS_ONLY or HALF_OPEN, and
-	// when it leaves HALF_OPEN.
+	// sliding window in CLOSED and METRICS_ONLY, the trial calls in
+	// HALF_OPEN. The window is emptied when the breaker enters CLOSED,
+	// METRICS_ONLY or HALF_OPEN, and when it leaves HALF_OPEN; in the other
+	// states it keeps what it held when they were entered (in OPEN after
+	// CLOSED, the window that opened the breaker; after failed trials,
+	// nothing).
 	Calls, Failed, Slow int
 	// TrialsInFlight is the number of HALF_OPEN trial permits not yet
 	// resolved.
