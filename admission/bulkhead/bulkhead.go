@@ -13,9 +13,10 @@
 // stop writing one shared counter: the bulkhead switches once it has seen
 // repeated compare-and-swap failures, and only when the limit is large
 // enough to give each cell a batch of at least two slots. Slots are moved,
-// never created: the limit holds exactly in both modes. A rejection is
-// decided after looking at every cell; a slot freed while it looks may be
-// missed, exactly as if it had been freed a moment later.
+// never created: as long as every Release matches an Acquire, the limit
+// holds exactly in both modes. A rejection is decided after looking at every
+// cell; a slot freed while it looks may be missed, exactly as if it had been
+// freed a moment later.
 package bulkhead
 
 import (
@@ -54,7 +55,6 @@ type Bulkhead struct {
 	waiting   atomic.Int64 // len(waiters), readable without the lock
 	contended atomic.Int64 // failed compare-and-swaps on free, until striped
 	max       int64
-	batch     int64 // slots moved from the pool to a cell at once
 	maxWait   time.Duration
 
 	mu      sync.Mutex
@@ -83,13 +83,9 @@ func New(cfg Config) (*Bulkhead, error) {
 		return nil, nil
 	}
 	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait}
-	// A cell holds at most two batches, so the cells together hold at most
-	// half of the slots and the pool keeps some for processors that come
-	// late.
-	h.batch = max(1, min(maxBatch, h.max/int64(4*shard.Count())))
 	h.free.Store(h.max)
 	if shard.Forced() {
-		h.stripe()
+		h.stripe(true)
 	}
 	return h, nil
 }
@@ -132,29 +128,42 @@ func (h *Bulkhead) tryAcquire() bool {
 // contention counts a failed compare-and-swap on the pool and stripes the
 // bulkhead once there have been enough.
 func (h *Bulkhead) contention() {
-	if h.contended.Add(1) == stripeAfter && h.batch >= 2 && shard.Worthwhile() {
-		h.stripe()
+	if h.contended.Add(1) == stripeAfter && shard.Worthwhile() {
+		h.stripe(false)
 	}
 }
 
-// stripe spreads the free slots over per-processor cells from now on.
-func (h *Bulkhead) stripe() { h.stripes.CompareAndSwap(nil, shard.New()) }
+// stripe spreads the free slots over per-processor cells from now on, if
+// the bulkhead is big enough for batches of two slots per cell (or, forced,
+// of one). A cell gives a batch back once it holds more than two, so the
+// cells hold about half of the slots at most and the pool keeps the rest
+// for processors that come late.
+func (h *Bulkhead) stripe(force bool) {
+	n := shard.Count()
+	batch := min(maxBatch, h.max/int64(4*n))
+	if batch < 2 && !force {
+		return
+	}
+	s := shard.New(n)
+	s.Batch = max(1, batch)
+	h.stripes.CompareAndSwap(nil, s)
+}
 
-// maxLooks bounds how often an attempt that finds no slot looks again
-// because a batch was moving between the pool and a cell meanwhile.
-const maxLooks = 64
-
+// tryStriped takes a slot from the caller's cell, or a batch from the pool,
+// or a slot from another cell. It rejects only after a look at the pool and
+// every cell during which no batch was in transit between them; a move is a
+// few instructions, so it looks again (yielding meanwhile) until one is.
 func (h *Bulkhead) tryStriped(s *shard.Stripes) bool {
 	c := s.Cell()
 	if s.Take(c) {
 		return true
 	}
-	for look := 0; ; look++ {
+	for {
 		m, settled := s.Mark()
 		if h.refill(s, c) || s.Steal(c) {
 			return true
 		}
-		if settled && s.Settled(m) || look == maxLooks {
+		if settled && s.Settled(m) {
 			return false
 		}
 		runtime.Gosched()
@@ -169,10 +178,16 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 		if n <= 0 {
 			return false
 		}
-		k := min(n, h.batch)
+		k := min(n, s.Batch)
+		if k == 1 { // nothing for the cell: nothing in transit
+			if h.free.CompareAndSwap(n, n-1) {
+				return true
+			}
+			continue
+		}
 		s.StartMove()
 		ok := h.free.CompareAndSwap(n, n-k)
-		if ok && k > 1 {
+		if ok {
 			s.Put(c, k-1)
 		}
 		s.EndMove()
@@ -191,7 +206,7 @@ func (h *Bulkhead) Release() {
 	}
 	if s := h.stripes.Load(); s != nil {
 		c := s.Cell()
-		if s.Put(c, 1) > 2*h.batch {
+		if s.Put(c, 1) > 2*s.Batch {
 			h.spill(s, c)
 		}
 	} else if h.free.Add(1) > h.max {
@@ -207,7 +222,7 @@ func (h *Bulkhead) Release() {
 // spill moves a batch from cell c back to the pool.
 func (h *Bulkhead) spill(s *shard.Stripes, c uint32) {
 	s.StartMove()
-	over := s.TakeN(c, h.batch) && h.free.Add(h.batch) > h.max
+	over := s.TakeN(c, s.Batch) && h.free.Add(s.Batch) > h.max
 	s.EndMove()
 	if over {
 		panic("bulkhead: released more than held")
@@ -272,15 +287,20 @@ func (h *Bulkhead) leave(w chan struct{}) {
 	h.mu.Unlock()
 	select {
 	case <-w:
-		if h.InUse() < int(h.max) && h.waiting.Load() > 0 {
+		// Passed on whenever someone waits: a waiter woken for nothing
+		// looks and waits again, while a lost wake-up would leave it
+		// asleep next to a free slot.
+		if h.waiting.Load() > 0 {
 			h.wakeOne()
 		}
 	default:
 	}
 }
 
-// InUse reports how many slots are taken. While slots are being taken and
-// given back concurrently on several processors it is approximate.
+// InUse reports how many slots are taken. It is exact when no slot is
+// being taken or given back; meanwhile, once the bulkhead is striped, it is
+// an estimate (a batch moving between the pool and a cell may be counted
+// twice or not at all), kept within [0, MaxConcurrent].
 func (h *Bulkhead) InUse() int {
 	if h == nil {
 		return 0
@@ -289,7 +309,7 @@ func (h *Bulkhead) InUse() int {
 	if s := h.stripes.Load(); s != nil {
 		n -= s.Sum()
 	}
-	return int(n)
+	return int(min(max(n, 0), h.max))
 }
 
 // Capacity reports the number of slots (0 for a nil, unlimited Bulkhead).

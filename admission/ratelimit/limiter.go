@@ -13,10 +13,11 @@
 // compare-and-swap failures, each processor leases a small batch of tokens
 // from the bucket into a cell of its own (internal/shard) and takes from
 // there, without reading the clock. A batch is at most Burst/(8 × cells) and
-// at most 64 tokens, and a limiter whose burst is too small for batches of
-// two never switches. Leased tokens count as taken when leased, so the
-// sustained rate is exact; what moves is when they are used: at the moment
-// a burst is allowed, up to the tokens held in cells (together at most
+// at most 64 tokens, sized when the limiter switches, and a limiter whose
+// burst is too small for batches of two never switches. A cell never holds
+// more than a batch minus one. Leased tokens count as taken when leased, so
+// the sustained rate is exact; what moves is when they are used: at the
+// moment a burst is allowed, the tokens held in cells (together fewer than
 // Burst/8) may be used on top of it. A caller that finds its cell and the
 // bucket empty takes from another processor's cell before it is rejected.
 //
@@ -72,7 +73,6 @@ type Limiter struct {
 	interval  int64        // nanoseconds per token
 	tau       int64        // burst * interval
 	maxWait   int64
-	batch     int64 // tokens a cell leases at once
 }
 
 // stripeAfter is how many failed compare-and-swaps on the bucket make the
@@ -107,10 +107,9 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("ratelimit: Config.Burst %d is too large for Config.Rate %v", cfg.Burst, cfg.Rate)
 	}
 	l := &Limiter{interval: interval, tau: burst * interval, maxWait: int64(cfg.MaxWait)}
-	l.batch = max(1, min(maxBatch, burst/int64(8*shard.Count())))
 	l.tat.Store(clock.Never)
 	if shard.Forced() {
-		l.stripe()
+		l.stripe(true)
 	}
 	return l, nil
 }
@@ -153,13 +152,25 @@ func (l *Limiter) take(now int64) bool {
 // contention counts a failed compare-and-swap on the bucket and stripes the
 // limiter once there have been enough.
 func (l *Limiter) contention() {
-	if l.contended.Add(1) == stripeAfter && l.batch >= 2 && shard.Worthwhile() {
-		l.stripe()
+	if l.contended.Add(1) == stripeAfter && shard.Worthwhile() {
+		l.stripe(false)
 	}
 }
 
-// stripe makes the limiter lease tokens to per-processor cells from now on.
-func (l *Limiter) stripe() { l.stripes.CompareAndSwap(nil, shard.New()) }
+// stripe makes the limiter lease tokens to per-processor cells from now on,
+// if its burst is big enough for batches of two tokens per cell (or, forced,
+// of one). A cell holds at most Batch-1 tokens, so all cells together hold
+// less than Burst/8.
+func (l *Limiter) stripe(force bool) {
+	n := shard.Count()
+	batch := min(maxBatch, l.tau/l.interval/int64(8*n))
+	if batch < 2 && !force {
+		return
+	}
+	s := shard.New(n)
+	s.Batch = max(1, batch)
+	l.stripes.CompareAndSwap(nil, s)
+}
 
 // takeStriped takes a token from the caller's cell, or leases a batch from
 // the bucket, or takes one from another processor's cell.
@@ -169,18 +180,22 @@ func (l *Limiter) takeStriped(s *shard.Stripes) bool {
 }
 
 // lease takes up to a batch of tokens available at now from the bucket: one
-// for the caller, the rest for cell c.
+// for the caller, the rest for cell c, which never holds more than Batch-1;
+// what it has no room for (another caller filled it meanwhile) goes back to
+// the bucket.
 func (l *Limiter) lease(s *shard.Stripes, c uint32, now int64) bool {
 	for {
 		old := l.tat.Load()
 		base := max(old, now)
-		k := min(l.batch, (l.tau-(base-now))/l.interval)
+		k := min(s.Batch, (l.tau-(base-now))/l.interval)
 		if k < 1 {
 			return false
 		}
 		if l.tat.CompareAndSwap(old, base+k*l.interval) {
 			if k > 1 {
-				s.Put(c, k-1)
+				if rest := s.PutUpTo(c, k-1, s.Batch-1); rest > 0 {
+					l.tat.Add(-rest * l.interval)
+				}
 			}
 			return true
 		}

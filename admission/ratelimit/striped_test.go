@@ -88,7 +88,7 @@ func TestStripedLimiterKeepsTheSustainedRate(t *testing.T) {
 		if max := burst + rate*seconds; admitted > max {
 			t.Fatalf("admitted %d in %ds, more than burst+rate×time = %d", admitted, seconds, max)
 		}
-		if min := rate*seconds - int(l.batch)*l.stripes.Load().Cells(); admitted < min {
+		if min := rate*seconds - int(l.stripes.Load().Batch)*l.stripes.Load().Cells(); admitted < min {
 			t.Fatalf("admitted %d in %ds, want at least %d", admitted, seconds, min)
 		}
 	})
@@ -142,6 +142,43 @@ func TestStripedLimiterTakesTokensFromOtherCellsBeforeRejecting(t *testing.T) {
 		}
 		if taken != burst {
 			t.Fatalf("%d tokens taken, want the burst %d (%d left in cells)", taken, burst, s.Sum())
+		}
+	})
+}
+
+// At the moment a full burst is allowed, the tokens held in cells come on
+// top of it: together they stay under Burst/8, also when GOMAXPROCS grew
+// between New and striping (Go changes it at run time from the cgroup
+// limit), and also when several callers lease into one cell (a hint shared
+// by two processors, or a caller preempted between its cell and the bucket).
+func TestStripedLimiterKeepsCellsUnderAnEighthOfTheBurst(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		const burst = 256
+		l := mustNew(t, Config{Rate: 1, Burst: burst})
+		runtime.GOMAXPROCS(8)
+		for range stripeAfter {
+			l.contention()
+		}
+		s := l.stripes.Load()
+		if s == nil {
+			t.Fatal("not striped")
+		}
+		for c := range uint32(s.Cells()) {
+			for range 3 { // three leases into every cell
+				l.lease(s, c, clock.Now())
+			}
+		}
+		if held := s.Sum(); held >= burst/8 {
+			t.Fatalf("cells hold %d tokens (%d cells, batches of %d), want fewer than Burst/8 = %d", held, s.Cells(), s.Batch, burst/8)
+		}
+		time.Sleep(burst * time.Second) // the bucket is full again
+		n := 0
+		for l.TryAcquire() {
+			n++
+		}
+		if n >= burst+burst/8 {
+			t.Fatalf("%d admitted at one instant, want fewer than Burst+Burst/8 = %d", n, burst+burst/8)
 		}
 	})
 }

@@ -60,6 +60,11 @@ type cell struct {
 // Stripes is a set of per-processor counters of items taken out of a
 // guard's pool. It is safe for concurrent use.
 type Stripes struct {
+	// Batch is how many items the owner moves between its pool and a cell
+	// at once, chosen for this number of cells. Set before the Stripes are
+	// shared; read-only after.
+	Batch int64
+
 	cells []cell
 	mask  uint32
 
@@ -81,9 +86,12 @@ func Count() int {
 	return n
 }
 
-// New returns Stripes with Count cells.
-func New() *Stripes {
-	n := Count()
+// New returns Stripes with n cells; n must be a power of two (Count gives
+// one).
+func New(n int) *Stripes {
+	if n < 1 || n&(n-1) != 0 {
+		panic("shard: the number of cells must be a power of two")
+	}
 	return &Stripes{cells: make([]cell, n), mask: uint32(n - 1)}
 }
 
@@ -116,6 +124,19 @@ func (s *Stripes) Steal(c uint32) bool {
 
 // Put adds n items to cell c and returns how many it holds now.
 func (s *Stripes) Put(c uint32, n int64) int64 { return s.cells[c&s.mask].n.Add(n) }
+
+// PutUpTo adds n items to cell c, but no more than it takes to hold limit,
+// and returns how many it could not add.
+func (s *Stripes) PutUpTo(c uint32, n, limit int64) (rest int64) {
+	x := &s.cells[c&s.mask].n
+	for {
+		have := x.Load()
+		add := max(0, min(n, limit-have))
+		if add == 0 || x.CompareAndSwap(have, have+add) {
+			return n - add
+		}
+	}
+}
 
 // TakeN takes exactly n items from cell c, if it holds that many.
 func (s *Stripes) TakeN(c uint32, n int64) bool {

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 func addr(c *cell) uintptr { return uintptr(unsafe.Pointer(c)) }
 
 func TestCellsArePaddedToTheirOwnCacheLines(t *testing.T) {
-	s := New()
+	s := New(Count())
 	if n := s.Cells(); n < 1 || n&(n-1) != 0 || n > maxCells {
 		t.Fatalf("%d cells: want a power of two in [1, %d]", n, maxCells)
 	}
@@ -54,7 +54,7 @@ func TestTakeNTakesAllOrNothing(t *testing.T) {
 }
 
 func TestItemsAreNeitherCreatedNorLostUnderConcurrency(t *testing.T) {
-	s := New()
+	s := New(Count())
 	const workers, rounds = 8, 2000
 	s.Put(0, workers)
 	var wg sync.WaitGroup
@@ -76,7 +76,7 @@ func TestItemsAreNeitherCreatedNorLostUnderConcurrency(t *testing.T) {
 }
 
 func TestMarkSeesAMoveInProgressAndOneCompleted(t *testing.T) {
-	s := New()
+	s := New(Count())
 	m, ok := s.Mark()
 	if !ok || !s.Settled(m) {
 		t.Fatal("not settled with no move at all")
@@ -103,4 +103,23 @@ func TestForceRestoresThePreviousSetting(t *testing.T) {
 	if Forced() {
 		t.Fatal("restore left Force on")
 	}
+}
+
+func TestPutUpToStopsAtTheLimit(t *testing.T) {
+	s := New(2)
+	if rest := s.PutUpTo(1, 5, 3); rest != 2 || s.Sum() != 3 {
+		t.Fatalf("PutUpTo(5, limit 3) left %d over, cell holds %d; want 2 over, 3 held", rest, s.Sum())
+	}
+	if rest := s.PutUpTo(1, 1, 3); rest != 1 {
+		t.Fatalf("a full cell took %d", 1-rest)
+	}
+}
+
+func TestNewRefusesACellCountThatIsNotAPowerOfTwo(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	New(3)
 }
