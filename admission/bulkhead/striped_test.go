@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
@@ -162,4 +163,30 @@ func TestStripedBulkheadPanicsWhenSlotsReleasedTwiceReachThePool(t *testing.T) {
 	for range 10 * 64 { // nothing taken: every release is one too many
 		h.Release()
 	}
+}
+
+// Inside a synctest bubble the wait's timer fires as soon as every goroutine
+// is blocked: a waiter left asleep next to a free slot (a lost wake-up)
+// fails at once with ErrFull instead of going unnoticed.
+func TestStripedBulkheadWaitersNeverSleepNextToAFreeSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := striped(t, bulkhead.Config{MaxConcurrent: 16, MaxWait: time.Minute})
+		var wg sync.WaitGroup
+		for range 48 {
+			wg.Go(func() {
+				for range 300 {
+					if err := h.Acquire(context.Background()); err != nil {
+						t.Errorf("a waiter gave up: %v (in use %d)", err, h.InUse())
+						return
+					}
+					runtime.Gosched()
+					h.Release()
+				}
+			})
+		}
+		wg.Wait()
+		if n := h.InUse(); n != 0 {
+			t.Fatalf("in use %d at the end", n)
+		}
+	})
 }
