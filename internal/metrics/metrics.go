@@ -41,6 +41,13 @@ var (
 
 var families = []family{attempts, attemptSeconds, rejections, retries, declined, budget, calls, breakerState}
 
+// The two series of the attempt-duration summary, named once rather than
+// on every attempt.
+var (
+	attemptSecondsSum   = family{name: attemptSeconds.name + "_sum", labels: attemptSeconds.labels}
+	attemptSecondsCount = family{name: attemptSeconds.name + "_count", labels: attemptSeconds.labels}
+)
+
 // Registry holds the figures. It is safe for concurrent use.
 type Registry struct {
 	mu     sync.Mutex
@@ -69,8 +76,8 @@ func (r *Registry) Hooks() outbound.Hooks {
 	return outbound.Hooks{
 		AttemptDone: func(_ context.Context, a outbound.AttemptInfo, res outcome.Attempt) {
 			r.add(attempts, 1, a.Upstream, res.Category.String())
-			r.add(family{name: attemptSeconds.name + "_sum", labels: attemptSeconds.labels}, res.Duration.Seconds(), a.Upstream, res.Category.String())
-			r.add(family{name: attemptSeconds.name + "_count", labels: attemptSeconds.labels}, 1, a.Upstream, res.Category.String())
+			r.add(attemptSecondsSum, res.Duration.Seconds(), a.Upstream, res.Category.String())
+			r.add(attemptSecondsCount, 1, a.Upstream, res.Category.String())
 			if res.Category == classify.LocalRejection && res.Guard != 0 {
 				r.add(rejections, 1, a.Upstream, res.Guard.String())
 			}
