@@ -188,9 +188,8 @@ func (p *Pipeline) emit(e Event) {
 // The zero Permit holds nothing. A Permit must not be copied after it is
 // first resolved, and must not be resolved from two goroutines at once.
 type Permit struct {
-	p       *Pipeline
+	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
-	done    bool
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -210,14 +209,14 @@ func (pm *Permit) Release() { pm.finish(Release, 0) }
 func (pm *Permit) Cancel() { pm.finish(Refund, 0) }
 
 // Held reports whether the permit is still held (admitted and not resolved).
-func (pm *Permit) Held() bool { return pm.p != nil && !pm.done }
+func (pm *Permit) Held() bool { return pm.p != nil }
 
 func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	p := pm.p
-	if p == nil || pm.done {
+	if p == nil {
 		return
 	}
-	pm.done = true
+	pm.p = nil
 	if p.bulkhead != nil {
 		p.bulkhead.Release()
 		p.event(Bulkhead, Exit, nil)
