@@ -132,18 +132,7 @@ func (l *Limiter) tryTake() bool {
 	if s := l.stripes.Load(); s != nil {
 		return l.takeStriped(s)
 	}
-	// take(clock.Now()), written out: this is the hot path of admission.
-	now := clock.Now()
-	old := l.tat.Load()
-	next := max(old, now) + l.interval
-	if next-now > l.tau {
-		return false
-	}
-	if l.tat.CompareAndSwap(old, next) {
-		return true
-	}
-	l.contention()
-	return false
+	return l.take(clock.Now())
 }
 
 // take is the fast path: one attempt to take a token available at once.
