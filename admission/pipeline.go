@@ -25,6 +25,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/internal/mutate"
+	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // Config configures a Pipeline: one per upstream. Each guard's zero Config
@@ -121,7 +122,13 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(Circuit, Enter, nil)
-	if p.limiter != nil && !p.limiter.TryAcquire() {
+	// Striped guards take from the cell of the caller's processor: looked
+	// up once for both, and kept in the permit for the bulkhead's release.
+	var hint uint32
+	if p.limiter.Striped() || p.bulkhead.Striped() {
+		hint = shard.Hint()
+	}
+	if p.limiter != nil && !p.limiter.TryAcquireHint(hint) {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
@@ -131,7 +138,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
-	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
+	if p.bulkhead != nil && !p.bulkhead.TryAcquireHint(hint) {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
 			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
@@ -145,7 +152,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.bulkhead != nil {
 		p.event(Bulkhead, Enter, nil)
 	}
-	return Permit{p: p, circuit: cp}, nil
+	return Permit{p: p, circuit: cp, hint: hint}, nil
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -190,6 +197,7 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
+	hint    uint32 // the processor hint the striped guards took from
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -218,7 +226,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		p.bulkhead.Release()
+		p.bulkhead.ReleaseHint(pm.hint)
 		p.event(Bulkhead, Exit, nil)
 	}
 	if p.limiter != nil {

@@ -93,7 +93,7 @@ func New(cfg Config) (*Bulkhead, error) {
 // Acquire takes a slot, waiting for one at most the configured MaxWait. It
 // returns nil, ErrFull, or ctx.Err() unchanged; on failure no slot is held.
 func (h *Bulkhead) Acquire(ctx context.Context) error {
-	if h == nil || h.tryAcquire() {
+	if h == nil || h.tryAcquire(false, 0) {
 		return nil
 	}
 	if h.maxWait == 0 {
@@ -103,18 +103,29 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 }
 
 // TryAcquire takes a slot if one is free now, without waiting.
-func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire() }
+func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(false, 0) }
 
-func (h *Bulkhead) tryAcquire() bool {
+// TryAcquireHint is TryAcquire for a caller that looks up once, for several
+// guards, which processor it runs on (the admission pipeline does): hint
+// chooses the per-processor cell a striped bulkhead takes from. Any hint is
+// correct; one from the caller's processor is fastest. Give the slot back
+// with ReleaseHint (the same hint spares the look-up) or Release.
+func (h *Bulkhead) TryAcquireHint(hint uint32) bool { return h == nil || h.tryAcquire(true, hint) }
+
+// Striped reports whether the bulkhead has spread its slots over
+// per-processor cells (false for a nil Bulkhead).
+func (h *Bulkhead) Striped() bool { return h != nil && h.stripes.Load() != nil }
+
+func (h *Bulkhead) tryAcquire(hinted bool, hint uint32) bool {
 	if s := h.stripes.Load(); s != nil {
-		return h.tryStriped(s)
+		return h.tryStriped(s, s.Choose(hinted, hint))
 	}
 	for {
 		n := h.free.Load()
 		if n <= 0 {
 			// Striped meanwhile? Then the free slots may be in cells.
 			if s := h.stripes.Load(); s != nil {
-				return h.tryStriped(s)
+				return h.tryStriped(s, s.Choose(hinted, hint))
 			}
 			return false
 		}
@@ -153,8 +164,7 @@ func (h *Bulkhead) stripe(force bool) {
 // or a slot from another cell. It rejects only after a look at the pool and
 // every cell during which no batch was in transit between them; a move is a
 // few instructions, so it looks again (yielding meanwhile) until one is.
-func (h *Bulkhead) tryStriped(s *shard.Stripes) bool {
-	c := s.Cell()
+func (h *Bulkhead) tryStriped(s *shard.Stripes, c uint32) bool {
 	if s.Take(c) {
 		return true
 	}
@@ -200,12 +210,17 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 // Release gives back a slot taken by Acquire. Releasing more slots than were
 // taken is a programming error and panics (before the bulkhead is striped,
 // at once; after, when the surplus reaches the shared pool).
-func (h *Bulkhead) Release() {
+func (h *Bulkhead) Release() { h.release(false, 0) }
+
+// ReleaseHint is Release with the hint given to TryAcquireHint.
+func (h *Bulkhead) ReleaseHint(hint uint32) { h.release(true, hint) }
+
+func (h *Bulkhead) release(hinted bool, hint uint32) {
 	if h == nil {
 		return
 	}
 	if s := h.stripes.Load(); s != nil {
-		c := s.Cell()
+		c := s.Choose(hinted, hint)
 		if s.Put(c, 1) > 2*s.Batch {
 			h.spill(s, c)
 		}
@@ -252,13 +267,13 @@ func (h *Bulkhead) wait(ctx context.Context) error {
 		// Registered first, checked second: a Release between the failed
 		// fast path and the registration is seen here, and one after the
 		// registration wakes us.
-		if h.tryAcquire() {
+		if h.tryAcquire(false, 0) {
 			h.leave(w)
 			return nil
 		}
 		select {
 		case <-w:
-			if h.tryAcquire() {
+			if h.tryAcquire(false, 0) {
 				return nil
 			}
 			// Another attempt took the slot first; wait again.

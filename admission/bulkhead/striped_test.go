@@ -190,3 +190,34 @@ func TestStripedBulkheadWaitersNeverSleepNextToAFreeSlot(t *testing.T) {
 		}
 	})
 }
+
+// A hint only chooses a cell: any value, and a release with another hint
+// than its acquire, keeps the limit and loses no slot.
+func TestStripedBulkheadAnyHintIsCorrect(t *testing.T) {
+	const limit = 64
+	h := striped(t, bulkhead.Config{MaxConcurrent: limit})
+	if !h.Striped() {
+		t.Fatal("Striped() = false for a striped bulkhead")
+	}
+	for round := range 3 {
+		for i := range uint32(limit) {
+			if !h.TryAcquireHint(i * 2654435761) {
+				t.Fatalf("round %d: slot %d rejected below the limit", round, i)
+			}
+		}
+		if h.TryAcquireHint(12345) || h.TryAcquire() {
+			t.Fatalf("round %d: admitted beyond the limit", round)
+		}
+		for i := range uint32(limit) {
+			h.ReleaseHint(i ^ 0xdeadbeef)
+		}
+		if n := h.InUse(); n != 0 {
+			t.Fatalf("round %d: in use %d after releasing all", round, n)
+		}
+	}
+	var none *bulkhead.Bulkhead
+	if none.Striped() || !none.TryAcquireHint(1) {
+		t.Fatal("a nil bulkhead must admit and not be striped")
+	}
+	none.ReleaseHint(1)
+}

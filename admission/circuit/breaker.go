@@ -224,9 +224,8 @@ func (b *Breaker) allowTrial(w uint64) (Permit, error) {
 // breaker and resolving it does nothing. A Permit must not be copied after
 // it is first resolved, and must not be resolved from two goroutines at once.
 type Permit struct {
-	b    *Breaker
+	b    *Breaker // nil once resolved
 	word uint64
-	done bool
 }
 
 type outcome uint8
@@ -249,17 +248,18 @@ func (p *Permit) Failure(elapsed time.Duration) { p.resolve(failure, elapsed) }
 func (p *Permit) Release() { p.resolve(release, 0) }
 
 // Resolved reports whether the permit has been resolved.
-func (p *Permit) Resolved() bool { return p.done || p.b == nil }
+func (p *Permit) Resolved() bool { return p.b == nil }
 
 func (p *Permit) resolve(o outcome, elapsed time.Duration) {
-	if p.done || p.b == nil {
+	b := p.b
+	if b == nil {
 		return
 	}
-	p.done = true
-	if o == success && int64(elapsed) < p.b.slowDur && p.b.clean.Load() {
+	p.b = nil
+	if o == success && int64(elapsed) < b.slowDur && b.clean.Load() {
 		return // see Breaker.clean
 	}
-	p.b.finish(p.word, o, elapsed)
+	b.finish(p.word, o, elapsed)
 }
 
 func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {

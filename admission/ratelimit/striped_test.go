@@ -182,3 +182,26 @@ func TestStripedLimiterKeepsCellsUnderAnEighthOfTheBurst(t *testing.T) {
 		}
 	})
 }
+
+// A hint only chooses a cell: with any values, the callers together still
+// get exactly the burst at one instant.
+func TestStripedLimiterAnyHintIsCorrect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const burst = 500
+		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
+		if !l.Striped() {
+			t.Fatal("Striped() = false for a striped limiter")
+		}
+		n := 0
+		for i := uint32(0); l.TryAcquireHint(i * 2654435761); i++ {
+			n++
+		}
+		if n != burst {
+			t.Fatalf("admitted %d, want exactly the burst %d", n, burst)
+		}
+	})
+	var none *Limiter
+	if none.Striped() || !none.TryAcquireHint(7) {
+		t.Fatal("a nil limiter must admit and not be striped")
+	}
+}

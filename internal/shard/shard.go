@@ -101,6 +101,15 @@ func (s *Stripes) Cells() int { return len(s.cells) }
 // Cell returns the index of the calling processor's cell.
 func (s *Stripes) Cell() uint32 { return Hint() & s.mask }
 
+// Choose returns the cell to use: hint, if the caller has one (any value
+// is correct), else the calling processor's cell.
+func (s *Stripes) Choose(hinted bool, hint uint32) uint32 {
+	if hinted {
+		return hint & s.mask
+	}
+	return s.Cell()
+}
+
 // Take takes one item from cell c, if it has one.
 func (s *Stripes) Take(c uint32) bool {
 	x := &s.cells[c&s.mask].n
