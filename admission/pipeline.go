@@ -122,13 +122,15 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(Circuit, Enter, nil)
-	// Striped guards take from the cell of the caller's processor: looked
-	// up once for both, and kept in the permit for the bulkhead's release.
+	// Striped guards take from the cell of the caller's processor, looked
+	// up once for both and kept in the permit for the bulkhead's release.
+	// Bit 31 marks a hint as looked up (cells use the low bits only): 0
+	// means none, and the guards then look up for themselves.
 	var hint uint32
 	if p.limiter.Striped() || p.bulkhead.Striped() {
-		hint = shard.Hint()
+		hint = shard.Hint() | hinted
 	}
-	if p.limiter != nil && !p.limiter.TryAcquireHint(hint) {
+	if p.limiter != nil && !tryLimiter(p.limiter, hint) {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
@@ -138,7 +140,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
-	if p.bulkhead != nil && !p.bulkhead.TryAcquireHint(hint) {
+	if p.bulkhead != nil && !tryBulkhead(p.bulkhead, hint) {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
 			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
@@ -153,6 +155,23 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		p.event(Bulkhead, Enter, nil)
 	}
 	return Permit{p: p, circuit: cp, hint: hint}, nil
+}
+
+// hinted marks a processor hint that was looked up (see Acquire).
+const hinted = 1 << 31
+
+func tryLimiter(l *ratelimit.Limiter, hint uint32) bool {
+	if hint != 0 {
+		return l.TryAcquireHint(hint)
+	}
+	return l.TryAcquire()
+}
+
+func tryBulkhead(h *bulkhead.Bulkhead, hint uint32) bool {
+	if hint != 0 {
+		return h.TryAcquireHint(hint)
+	}
+	return h.TryAcquire()
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -192,12 +211,13 @@ func (p *Pipeline) emit(e Event) {
 // `defer permit.Release()` right after Acquire is always safe, and gives
 // everything back on every path (including a panic).
 //
-// The zero Permit holds nothing. A Permit must not be copied after it is
-// first resolved, and must not be resolved from two goroutines at once.
+// The zero Permit holds nothing. Resolve a Permit through one variable only:
+// a copy of a held Permit is the same permission, and resolving both gives
+// it back twice. A Permit must not be resolved from two goroutines at once.
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
-	hint    uint32 // the processor hint the striped guards took from
+	hint    uint32 // the processor hint looked up at admission (bit 31 set), or 0
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -226,7 +246,11 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		p.bulkhead.ReleaseHint(pm.hint)
+		if pm.hint != 0 {
+			p.bulkhead.ReleaseHint(pm.hint)
+		} else {
+			p.bulkhead.Release()
+		}
 		p.event(Bulkhead, Exit, nil)
 	}
 	if p.limiter != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/internal/mutate"
+	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // recorder keeps the events of a pipeline as the specification writes them.
@@ -403,5 +404,44 @@ func TestBulkheadSlotIsHeldUntilThePermitIsResolved(t *testing.T) {
 	c.Cancel()
 	if got := p.Bulkhead().InUse(); got != 0 {
 		t.Fatalf("in use %d", got)
+	}
+}
+
+// A pipeline whose rate limiter and bulkhead are striped keeps its limits
+// and gives everything back, with permits resolved on other goroutines
+// (so released into other processors' cells) and resolved twice.
+func TestAStripedPipelineKeepsItsLimitsAndLosesNothing(t *testing.T) {
+	restore := shard.Force(true)
+	const limit = 32
+	p := mustPipeline(t, admission.Config{Upstream: "striped",
+		Rate:     ratelimit.Config{Rate: 1e6, Burst: 100000},
+		Bulkhead: bulkhead.Config{MaxConcurrent: limit}})
+	restore()
+	if !p.Bulkhead().Striped() || !p.Limiter().Striped() {
+		t.Fatal("not striped")
+	}
+	for round := range 20 {
+		var held []admission.Permit
+		for {
+			pm, err := p.Acquire(context.Background())
+			if err != nil {
+				if !errors.Is(err, bulkhead.ErrFull) {
+					t.Fatalf("round %d: %v, want the bulkhead full", round, err)
+				}
+				break
+			}
+			held = append(held, pm)
+		}
+		if len(held) != limit {
+			t.Fatalf("round %d: admitted %d, want %d", round, len(held), limit)
+		}
+		var wg sync.WaitGroup
+		for i := range held {
+			wg.Go(func() { held[i].Success(0); held[i].Release() })
+		}
+		wg.Wait()
+		if n := p.Bulkhead().InUse(); n != 0 {
+			t.Fatalf("round %d: %d slots still in use", round, n)
+		}
 	}
 }

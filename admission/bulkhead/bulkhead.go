@@ -160,7 +160,7 @@ func (h *Bulkhead) stripe(force bool) {
 	h.stripes.CompareAndSwap(nil, s)
 }
 
-// tryStriped takes a slot from the caller's cell, or a batch from the pool,
+// tryStriped takes a slot from cell c, or a batch from the pool,
 // or a slot from another cell. It rejects only after a look at the pool and
 // every cell during which no batch was in transit between them; a move is a
 // few instructions, so it looks again (yielding meanwhile) until one is.
@@ -207,12 +207,14 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 	}
 }
 
-// Release gives back a slot taken by Acquire. Releasing more slots than were
-// taken is a programming error and panics (before the bulkhead is striped,
-// at once; after, when the surplus reaches the shared pool).
+// Release gives back a slot taken by Acquire, TryAcquire or TryAcquireHint.
+// Releasing more slots than were taken is a programming error and panics
+// (before the bulkhead is striped, at once; after, when the surplus reaches
+// the shared pool).
 func (h *Bulkhead) Release() { h.release(false, 0) }
 
-// ReleaseHint is Release with the hint given to TryAcquireHint.
+// ReleaseHint is Release into the cell chosen by hint: any hint is correct,
+// and the one given to TryAcquireHint spares a look-up.
 func (h *Bulkhead) ReleaseHint(hint uint32) { h.release(true, hint) }
 
 func (h *Bulkhead) release(hinted bool, hint uint32) {

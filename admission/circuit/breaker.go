@@ -221,8 +221,10 @@ func (b *Breaker) allowTrial(w uint64) (Permit, error) {
 }
 
 // Permit is the permission for one call. The zero Permit belongs to no
-// breaker and resolving it does nothing. A Permit must not be copied after
-// it is first resolved, and must not be resolved from two goroutines at once.
+// breaker and resolving it does nothing. Resolve a Permit through one
+// variable only: a copy of a held Permit is the same permission, and
+// resolving both records its outcome twice. A Permit must not be resolved
+// from two goroutines at once.
 type Permit struct {
 	b    *Breaker // nil once resolved
 	word uint64

@@ -182,7 +182,7 @@ func (l *Limiter) stripe(force bool) {
 	l.stripes.CompareAndSwap(nil, s)
 }
 
-// takeStriped takes a token from the caller's cell, or leases a batch from
+// takeStriped takes a token from cell c, or leases a batch from
 // the bucket, or takes one from another processor's cell.
 func (l *Limiter) takeStriped(s *shard.Stripes, c uint32) bool {
 	return s.Take(c) || l.lease(s, c, clock.Now()) || s.Steal(c)
