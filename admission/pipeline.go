@@ -124,13 +124,13 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	p.event(Circuit, Enter, nil)
 	// Striped guards take from the cell of the caller's processor, looked
 	// up once for both and kept in the permit for the bulkhead's release.
-	// Bit 31 marks a hint as looked up (cells use the low bits only): 0
-	// means none, and the guards then look up for themselves.
+	// Without a hint (0: neither guard was striped yet) they look it up
+	// themselves.
 	var hint uint32
 	if p.limiter.Striped() || p.bulkhead.Striped() {
-		hint = shard.Hint() | hinted
+		hint = shard.Marked()
 	}
-	if p.limiter != nil && !tryLimiter(p.limiter, hint) {
+	if p.limiter != nil && !p.limiter.TryAcquireHint(hint) {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
@@ -140,7 +140,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
-	if p.bulkhead != nil && !tryBulkhead(p.bulkhead, hint) {
+	if p.bulkhead != nil && !p.bulkhead.TryAcquireHint(hint) {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
 			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
@@ -155,23 +155,6 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		p.event(Bulkhead, Enter, nil)
 	}
 	return Permit{p: p, circuit: cp, hint: hint}, nil
-}
-
-// hinted marks a processor hint that was looked up (see Acquire).
-const hinted = 1 << 31
-
-func tryLimiter(l *ratelimit.Limiter, hint uint32) bool {
-	if hint != 0 {
-		return l.TryAcquireHint(hint)
-	}
-	return l.TryAcquire()
-}
-
-func tryBulkhead(h *bulkhead.Bulkhead, hint uint32) bool {
-	if hint != 0 {
-		return h.TryAcquireHint(hint)
-	}
-	return h.TryAcquire()
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -217,7 +200,7 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
-	hint    uint32 // the processor hint looked up at admission (bit 31 set), or 0
+	hint    uint32 // the processor hint looked up at admission, or 0 for none
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -246,11 +229,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		if pm.hint != 0 {
-			p.bulkhead.ReleaseHint(pm.hint)
-		} else {
-			p.bulkhead.Release()
-		}
+		p.bulkhead.ReleaseHint(pm.hint)
 		p.event(Bulkhead, Exit, nil)
 	}
 	if p.limiter != nil {

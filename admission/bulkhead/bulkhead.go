@@ -93,7 +93,7 @@ func New(cfg Config) (*Bulkhead, error) {
 // Acquire takes a slot, waiting for one at most the configured MaxWait. It
 // returns nil, ErrFull, or ctx.Err() unchanged; on failure no slot is held.
 func (h *Bulkhead) Acquire(ctx context.Context) error {
-	if h == nil || h.tryAcquire(false, 0) {
+	if h == nil || h.tryAcquire(0) {
 		return nil
 	}
 	if h.maxWait == 0 {
@@ -103,29 +103,30 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 }
 
 // TryAcquire takes a slot if one is free now, without waiting.
-func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(false, 0) }
+func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
 
 // TryAcquireHint is TryAcquire for a caller that looks up once, for several
 // guards, which processor it runs on (the admission pipeline does): hint
 // chooses the per-processor cell a striped bulkhead takes from. Any hint is
-// correct; one from the caller's processor is fastest. Give the slot back
-// with ReleaseHint (the same hint spares the look-up) or Release.
-func (h *Bulkhead) TryAcquireHint(hint uint32) bool { return h == nil || h.tryAcquire(true, hint) }
+// correct; one from the caller's processor is fastest; 0 means none (the
+// bulkhead looks the processor up itself). Give the slot back with
+// ReleaseHint (the same hint spares the look-up) or Release.
+func (h *Bulkhead) TryAcquireHint(hint uint32) bool { return h == nil || h.tryAcquire(hint) }
 
 // Striped reports whether the bulkhead has spread its slots over
 // per-processor cells (false for a nil Bulkhead).
 func (h *Bulkhead) Striped() bool { return h != nil && h.stripes.Load() != nil }
 
-func (h *Bulkhead) tryAcquire(hinted bool, hint uint32) bool {
+func (h *Bulkhead) tryAcquire(hint uint32) bool {
 	if s := h.stripes.Load(); s != nil {
-		return h.tryStriped(s, s.Choose(hinted, hint))
+		return h.tryStriped(s, s.Choose(hint))
 	}
 	for {
 		n := h.free.Load()
 		if n <= 0 {
 			// Striped meanwhile? Then the free slots may be in cells.
 			if s := h.stripes.Load(); s != nil {
-				return h.tryStriped(s, s.Choose(hinted, hint))
+				return h.tryStriped(s, s.Choose(hint))
 			}
 			return false
 		}
@@ -211,18 +212,18 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 // Releasing more slots than were taken is a programming error and panics
 // (before the bulkhead is striped, at once; after, when the surplus reaches
 // the shared pool).
-func (h *Bulkhead) Release() { h.release(false, 0) }
+func (h *Bulkhead) Release() { h.release(0) }
 
 // ReleaseHint is Release into the cell chosen by hint: any hint is correct,
-// and the one given to TryAcquireHint spares a look-up.
-func (h *Bulkhead) ReleaseHint(hint uint32) { h.release(true, hint) }
+// and the one given to TryAcquireHint spares a look-up (0: none).
+func (h *Bulkhead) ReleaseHint(hint uint32) { h.release(hint) }
 
-func (h *Bulkhead) release(hinted bool, hint uint32) {
+func (h *Bulkhead) release(hint uint32) {
 	if h == nil {
 		return
 	}
 	if s := h.stripes.Load(); s != nil {
-		c := s.Choose(hinted, hint)
+		c := s.Choose(hint)
 		if s.Put(c, 1) > 2*s.Batch {
 			h.spill(s, c)
 		}
@@ -269,13 +270,13 @@ func (h *Bulkhead) wait(ctx context.Context) error {
 		// Registered first, checked second: a Release between the failed
 		// fast path and the registration is seen here, and one after the
 		// registration wakes us.
-		if h.tryAcquire(false, 0) {
+		if h.tryAcquire(0) {
 			h.leave(w)
 			return nil
 		}
 		select {
 		case <-w:
-			if h.tryAcquire(false, 0) {
+			if h.tryAcquire(0) {
 				return nil
 			}
 			// Another attempt took the slot first; wait again.

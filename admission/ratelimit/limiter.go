@@ -118,7 +118,7 @@ func New(cfg Config) (*Limiter, error) {
 // It returns nil, ErrLimited, or ctx.Err() unchanged; on failure no token is
 // held.
 func (l *Limiter) Acquire(ctx context.Context) error {
-	if l == nil || l.tryTake(false, 0) {
+	if l == nil || l.tryTake(0) {
 		return nil
 	}
 	return l.acquireSlow(ctx)
@@ -126,21 +126,22 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 
 // TryAcquire takes a token if one is available now, without waiting. A nil
 // Limiter always has one.
-func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(false, 0) }
+func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(0) }
 
 // TryAcquireHint is TryAcquire for a caller that looks up once, for several
 // guards, which processor it runs on (the admission pipeline does): hint
 // chooses the per-processor cell a striped limiter takes from. Any hint is
-// correct; one from the caller's processor is fastest.
-func (l *Limiter) TryAcquireHint(hint uint32) bool { return l == nil || l.tryTake(true, hint) }
+// correct; one from the caller's processor is fastest; 0 means none (the
+// limiter looks the processor up itself).
+func (l *Limiter) TryAcquireHint(hint uint32) bool { return l == nil || l.tryTake(hint) }
 
 // Striped reports whether the limiter leases tokens to per-processor cells
 // (false for a nil Limiter).
 func (l *Limiter) Striped() bool { return l != nil && l.stripes.Load() != nil }
 
-func (l *Limiter) tryTake(hinted bool, hint uint32) bool {
+func (l *Limiter) tryTake(hint uint32) bool {
 	if s := l.stripes.Load(); s != nil {
-		return l.takeStriped(s, s.Choose(hinted, hint))
+		return l.takeStriped(s, s.Choose(hint))
 	}
 	return l.take(clock.Now())
 }

@@ -101,14 +101,18 @@ func (s *Stripes) Cells() int { return len(s.cells) }
 // Cell returns the index of the calling processor's cell.
 func (s *Stripes) Cell() uint32 { return Hint() & s.mask }
 
-// Choose returns the cell to use: hint, if the caller has one (any value
-// is correct), else the calling processor's cell.
-func (s *Stripes) Choose(hinted bool, hint uint32) uint32 {
-	if hinted {
+// Choose returns the cell to use: the one hint names (any value but 0 is
+// correct), or for 0, "no hint", the calling processor's cell.
+func (s *Stripes) Choose(hint uint32) uint32 {
+	if hint != 0 {
 		return hint & s.mask
 	}
 	return s.Cell()
 }
+
+// Marked is a hint from Hint that can never be 0 ("no hint" to Choose):
+// Hint with its top bit set, which no cell index uses.
+func Marked() uint32 { return Hint() | 1<<31 }
 
 // Take takes one item from cell c, if it has one.
 func (s *Stripes) Take(c uint32) bool {

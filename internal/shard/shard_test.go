@@ -123,3 +123,19 @@ func TestNewRefusesACellCountThatIsNotAPowerOfTwo(t *testing.T) {
 	}()
 	New(3)
 }
+
+func TestAMarkedHintIsNeverTheNoHintValue(t *testing.T) {
+	s := New(4)
+	for range 1000 {
+		h := Marked()
+		if h == 0 {
+			t.Fatal("Marked() returned 0")
+		}
+		if c := s.Choose(h); c != h&3 {
+			t.Fatalf("Choose(%#x) = %d, want the hint's cell %d", h, c, h&3)
+		}
+	}
+	if c := s.Choose(0); c >= 4 {
+		t.Fatalf("Choose(0) = %d with 4 cells", c)
+	}
+}
