@@ -7,13 +7,13 @@
 # median over the rounds, the spread, and the median of the per-round ratios
 # to the baseline measured in the same round.
 #
-# Environment: ROUNDS (default 7); SCALE multiplies every iteration count
+# Environment: ROUNDS (default 11); SCALE multiplies every iteration count
 # (default 1; e.g. SCALE=0.1 for a quick look).
 # Needs only Go: modules come through the module proxy.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-rounds="${ROUNDS:-7}"
+rounds="${ROUNDS:-11}"
 scale="${SCALE:-1}"
 start=$SECONDS
 
