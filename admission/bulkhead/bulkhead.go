@@ -61,13 +61,6 @@ type Bulkhead struct {
 	waiters []chan struct{}
 }
 
-// stripeAfter is how many failed compare-and-swaps on the shared pool make
-// the bulkhead spread its slots over per-processor cells.
-const stripeAfter = 64
-
-// maxBatch bounds the slots a cell takes from the pool at once.
-const maxBatch = 64
-
 // New validates cfg and returns a Bulkhead, or nil (no limit) when
 // cfg.MaxConcurrent is zero. Errors name the offending field.
 func New(cfg Config) (*Bulkhead, error) {
@@ -140,7 +133,7 @@ func (h *Bulkhead) tryAcquire(hint uint32) bool {
 // contention counts a failed compare-and-swap on the pool and stripes the
 // bulkhead once there have been enough.
 func (h *Bulkhead) contention() {
-	if h.contended.Add(1) == stripeAfter && shard.Worthwhile() {
+	if h.contended.Add(1) == shard.After && shard.Worthwhile() {
 		h.stripe(false)
 	}
 }
@@ -151,14 +144,9 @@ func (h *Bulkhead) contention() {
 // cells hold about half of the slots at most and the pool keeps the rest
 // for processors that come late.
 func (h *Bulkhead) stripe(force bool) {
-	n := shard.Count()
-	batch := min(maxBatch, h.max/int64(4*n))
-	if batch < 2 && !force {
-		return
+	if s := shard.Plan(h.max, 4, force); s != nil {
+		h.stripes.CompareAndSwap(nil, s)
 	}
-	s := shard.New(n)
-	s.Batch = max(1, batch)
-	h.stripes.CompareAndSwap(nil, s)
 }
 
 // tryStriped takes a slot from cell c, or a batch from the pool,

@@ -1,7 +1,9 @@
 package bulkhead
 
+import "github.com/outboundhq/outbound/internal/shard"
+
 // StripeAfter is the contention threshold, for tests.
-const StripeAfter = stripeAfter
+const StripeAfter = shard.After
 
 // Contend records one failed compare-and-swap on h's pool.
 func Contend(h *Bulkhead) { h.contention() }

@@ -75,13 +75,6 @@ type Limiter struct {
 	maxWait   int64
 }
 
-// stripeAfter is how many failed compare-and-swaps on the bucket make the
-// limiter lease tokens to per-processor cells.
-const stripeAfter = 64
-
-// maxBatch bounds the tokens a cell leases at once.
-const maxBatch = 64
-
 // New validates cfg and returns a Limiter, or nil (no limit) when cfg.Rate is
 // zero. Errors name the offending field.
 func New(cfg Config) (*Limiter, error) {
@@ -163,7 +156,7 @@ func (l *Limiter) take(now int64) bool {
 // contention counts a failed compare-and-swap on the bucket and stripes the
 // limiter once there have been enough.
 func (l *Limiter) contention() {
-	if l.contended.Add(1) == stripeAfter && shard.Worthwhile() {
+	if l.contended.Add(1) == shard.After && shard.Worthwhile() {
 		l.stripe(false)
 	}
 }
@@ -173,14 +166,9 @@ func (l *Limiter) contention() {
 // of one). A cell holds at most Batch-1 tokens, so all cells together hold
 // less than Burst/8.
 func (l *Limiter) stripe(force bool) {
-	n := shard.Count()
-	batch := min(maxBatch, l.tau/l.interval/int64(8*n))
-	if batch < 2 && !force {
-		return
+	if s := shard.Plan(l.tau/l.interval, 8, force); s != nil {
+		l.stripes.CompareAndSwap(nil, s)
 	}
-	s := shard.New(n)
-	s.Batch = max(1, batch)
-	l.stripes.CompareAndSwap(nil, s)
 }
 
 // takeStriped takes a token from cell c, or leases a batch from

@@ -97,7 +97,7 @@ func TestStripedLimiterKeepsTheSustainedRate(t *testing.T) {
 func TestLimiterStripesAfterRepeatedContention(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	l := mustNew(t, Config{Rate: 1e6, Burst: 10000})
-	for range stripeAfter - 1 {
+	for range shard.After - 1 {
 		l.contention()
 	}
 	if l.stripes.Load() != nil {
@@ -112,7 +112,7 @@ func TestLimiterStripesAfterRepeatedContention(t *testing.T) {
 func TestLimiterWithASmallBurstNeverStripes(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	l := mustNew(t, Config{Rate: 100, Burst: 40}) // Burst/(8×4 cells): batches of one
-	for range 10 * stripeAfter {
+	for range 10 * shard.After {
 		l.contention()
 	}
 	if l.stripes.Load() != nil {
@@ -157,7 +157,7 @@ func TestStripedLimiterKeepsCellsUnderAnEighthOfTheBurst(t *testing.T) {
 		const burst = 256
 		l := mustNew(t, Config{Rate: 1, Burst: burst})
 		runtime.GOMAXPROCS(8)
-		for range stripeAfter {
+		for range shard.After {
 			l.contention()
 		}
 		s := l.stripes.Load()

@@ -86,6 +86,30 @@ func Count() int {
 	return n
 }
 
+// After is how many failed compare-and-swaps on a guard's shared word make
+// the guard stripe.
+const After = 64
+
+// MaxBatch bounds the items a guard moves between its pool and a cell at
+// once.
+const MaxBatch = 64
+
+// Plan returns Stripes (Count cells) for a guard whose pool holds total
+// items, each cell moving batches of total/(share × cells), at most
+// MaxBatch; or nil when batches would be smaller than two, where striping
+// would cost more than it saves. With force (tests), batches are at least
+// one.
+func Plan(total, share int64, force bool) *Stripes {
+	n := Count()
+	batch := min(MaxBatch, total/(share*int64(n)))
+	if batch < 2 && !force {
+		return nil
+	}
+	s := New(n)
+	s.Batch = max(1, batch)
+	return s
+}
+
 // New returns Stripes with n cells; n must be a power of two (Count gives
 // one).
 func New(n int) *Stripes {

@@ -139,3 +139,20 @@ func TestAMarkedHintIsNeverTheNoHintValue(t *testing.T) {
 		t.Fatalf("Choose(0) = %d with 4 cells", c)
 	}
 }
+
+func TestPlanStripesOnlyWhenBatchesOfTwoFit(t *testing.T) {
+	cells := int64(Count())
+	if s := Plan(2*4*cells-1, 4, false); s != nil {
+		t.Fatalf("striped with batches of %d", s.Batch)
+	}
+	s := Plan(2*4*cells, 4, false)
+	if s == nil || s.Batch != 2 || s.Cells() != int(cells) {
+		t.Fatalf("Plan for batches of two = %+v", s)
+	}
+	if s := Plan(1<<40, 4, false); s.Batch != MaxBatch {
+		t.Fatalf("batch %d, want the cap %d", s.Batch, MaxBatch)
+	}
+	if s := Plan(1, 4, true); s == nil || s.Batch != 1 {
+		t.Fatal("forced striping of a tiny pool must give batches of one")
+	}
+}
