@@ -111,20 +111,22 @@ func (c *call) run() (*http.Response, error) {
 			return nil, c.fail(err)
 		}
 		ai := AttemptInfo{CallInfo: c.info, Attempt: n}
-		actx := c.ctx
+		// asIs: the attempt changes nothing in the caller's request, which
+		// is then sent itself, not a copy. It is tracked where the context,
+		// header and body are chosen: contexts and bodies cannot always be
+		// compared.
+		actx, asIs := c.ctx, c.ownCtx && !c.headerCloned && body == nil
 		if h.AttemptStart != nil {
-			actx = safeCtx(h.AttemptStart, actx, ai)
+			actx, asIs = safeCtx(h.AttemptStart, actx, ai), false
 		}
 		acancel := context.CancelFunc(noop)
 		if c.t.attemptTimeout > 0 {
 			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
+			asIs = false
 		}
-		// The caller's request is sent as it is (no copy) when the attempt
-		// changes nothing in it; that is known by construction, since
-		// contexts and bodies cannot always be compared.
 		sendCtx := actx
-		if c.ownCtx && h.AttemptStart == nil && c.t.attemptTimeout == 0 && !c.headerCloned && body == nil {
-			sendCtx = nil
+		if asIs {
+			sendCtx = nil // AttemptOn: send c.req as it is
 		}
 		start := clock.Now()
 		resp, err := c.t.attempts.AttemptOn(c.route, c.req, sendCtx, c.header, body)
