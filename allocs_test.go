@@ -90,3 +90,31 @@ func TestACallWithAnUncomparableContextDoesNotPanic(t *testing.T) {
 		t.Fatalf("commit %v, want committed", out.Commit)
 	}
 }
+
+// A call whose attempt changes nothing in the request (no hook, no timeout,
+// no added header, no body) sends the caller's request itself, not a copy:
+// the answer's Request is the caller's. One added header makes it a copy.
+func TestAnUnchangedRequestIsSentWithoutACopy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer srv.Close()
+	for _, keys := range []bool{false, true} {
+		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{}, IdempotencyKeys: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		method := http.MethodGet
+		if keys {
+			method = http.MethodPost // gets an Idempotency-Key, so a copy
+		}
+		req, _ := http.NewRequest(method, srv.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		tr.Close()
+		if sent := resp.Request == req; sent == keys {
+			t.Fatalf("idempotency keys %v: caller's request sent itself = %v", keys, sent)
+		}
+	}
+}
