@@ -26,6 +26,7 @@ type Fault struct {
 	delay   time.Duration
 	n, m    int
 	answer  bool
+	abrupt  bool
 	code    http2.ErrCode
 	debug   int
 }
@@ -188,11 +189,18 @@ const goAwayWait = 3 * time.Second
 // §6.8). Streams above that id are never executed, neither
 // those collected nor any that arrive later on the connection.
 //
-// If answer is true, the processed streams are then answered 200 (each after
-// its request has fully arrived) and the connection is closed gracefully: the
-// server shuts down its sending side and waits for the client to close. If
-// answer is false, the TCP connection is closed right after the GOAWAY, so
-// the processed streams get no answer.
+// The GOAWAY is followed by a PING, whose acknowledgement tells the server
+// that the client has processed the GOAWAY (a client handles frames in
+// order). If answer is true, the processed streams are then answered 200
+// (each after its request has fully arrived) and the connection is closed
+// gracefully: the server shuts down its sending side and waits for the
+// client to close. If answer is false, the processed streams get no answer:
+// the TCP connection is closed as soon as the client has acknowledged the
+// PING, reset every stream above the last id and sent the whole request of
+// every processed stream, or when it closes the connection itself, and at
+// the latest a second after the GOAWAY. So the client always reads the
+// GOAWAY before it sees the connection close, as with a real server that
+// drains its connections; [Fault.WithAbruptClose] closes at once instead.
 func GoAway(inFlight, processed int, answer bool) Fault {
 	inFlight = max(inFlight, 1)
 	return Fault{kind: kindGoAway, n: inFlight, m: min(max(processed, 0), inFlight), answer: answer}
@@ -228,6 +236,19 @@ func (f Fault) WithBody(body []byte) Fault {
 func (f Fault) WithPause(d time.Duration) Fault {
 	if f.kind == kindGoAway {
 		f.delay = d
+	}
+	return f
+}
+
+// WithAbruptClose makes a GoAway fault whose streams get no answer close the
+// TCP connection right after the GOAWAY (and the pause of WithPause), without
+// waiting for the client to process it: a server that does not drain. A
+// client still writing a request then may find the connection broken before
+// it has read the GOAWAY, and can only report the stream as possibly
+// processed. Other faults ignore it.
+func (f Fault) WithAbruptClose() Fault {
+	if f.kind == kindGoAway {
+		f.abrupt = true
 	}
 	return f
 }
@@ -318,6 +339,12 @@ func (f Fault) String() string {
 		s = fmt.Sprintf("ResetStream(%v)", f.code)
 	case kindGoAway:
 		s = fmt.Sprintf("GoAway(%d, %d, %t)", f.n, f.m, f.answer)
+		if f.delay > 0 {
+			s += fmt.Sprintf(".WithPause(%v)", f.delay)
+		}
+		if f.abrupt {
+			s += ".WithAbruptClose()"
+		}
 		if f.debug > 0 {
 			s += fmt.Sprintf(".WithDebugData(%d)", f.debug)
 		}

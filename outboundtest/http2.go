@@ -31,10 +31,17 @@ const (
 	// in force until the client's SETTINGS say otherwise.
 	h2DefaultWindow = 65535
 	h2DefaultFrame  = 16384
-	// goAwayLinger bounds how long a connection that sent GOAWAY and
-	// answered its streams waits for the client to close it.
+	// goAwayLinger bounds how long a connection that sent GOAWAY waits
+	// for the client: to close it, once the processed streams are
+	// answered; or to show that it processed the GOAWAY, before the
+	// server drops the connection without answering.
 	goAwayLinger = time.Second
 )
+
+// goAwayPing is the payload of the PING a GoAway fault sends right after its
+// GOAWAY. A client handles frames in order, so its acknowledgement proves it
+// has processed the GOAWAY.
+var goAwayPing = [8]byte{'g', 'o', 'a', 'w', 'a', 'y'}
 
 var (
 	errStreamGone = errors.New("outboundtest: stream reset by the client")
@@ -65,6 +72,14 @@ type h2conn struct {
 	goaway   *goawayGroup
 	isDead   bool
 	dead     chan struct{} // closed when the connection is gone
+
+	// After a GoAway fault fired: the streams above its last id that the
+	// client has not reset yet, and whether the client acknowledged the
+	// PING sent after the GOAWAY. drained is signalled when either
+	// changes, or a request ends.
+	above     map[uint32]bool
+	pingAcked bool
+	drained   chan struct{}
 }
 
 // An h2stream is one request stream. Its channels are closed under h2conn.mu.
@@ -99,6 +114,7 @@ func (s *Server) serveHTTP2(c *conn, rw net.Conn) {
 		initWin:  h2DefaultWindow,
 		maxFrame: h2DefaultFrame,
 		dead:     make(chan struct{}),
+		drained:  make(chan struct{}, 1),
 	}
 	h.cond = sync.NewCond(&h.mu)
 	h.enc = hpack.NewEncoder(&h.ebuf)
@@ -183,6 +199,12 @@ func (h *h2conn) handle(f http2.Frame) bool {
 		return h.write(func(fr *http2.Framer) error { return fr.WriteSettingsAck() }) == nil
 	case *http2.PingFrame:
 		if f.IsAck() {
+			if f.Data == goAwayPing {
+				h.mu.Lock()
+				h.pingAcked = true
+				h.mu.Unlock()
+				h.signalDrained()
+			}
 			return true
 		}
 		data := f.Data
@@ -207,7 +229,9 @@ func (h *h2conn) handle(f http2.Frame) bool {
 			close(st.gone)
 			h.cond.Broadcast()
 		}
+		delete(h.above, f.StreamID)
 		h.mu.Unlock()
+		h.signalDrained()
 	}
 	// PRIORITY, the client's GOAWAY and unknown frames need nothing: a
 	// client that sent GOAWAY closes the connection when it is done.
@@ -285,7 +309,9 @@ func (h *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	newGroup := false
 	switch {
 	case g != nil && g.fired:
-		// Above the GOAWAY's last stream id: never processed.
+		// Above the GOAWAY's last stream id: never processed. The
+		// client aborts it when it reads the GOAWAY.
+		h.above[st.id] = true
 		h.mu.Unlock()
 		return true
 	case g == nil && st.f.kind == kindGoAway:
@@ -358,6 +384,15 @@ func (h *h2conn) endRequest(st *h2stream) {
 		close(st.reqDone)
 	}
 	h.mu.Unlock()
+	h.signalDrained()
+}
+
+// signalDrained wakes drainGoAway, if it waits.
+func (h *h2conn) signalDrained() {
+	select {
+	case h.drained <- struct{}{}:
+	default:
+	}
 }
 
 func (h *h2conn) forget(st *h2stream) {
@@ -517,6 +552,11 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 	h.mu.Lock()
 	g.fired = true
 	streams := slices.Clone(g.streams)
+	processed := streams[:min(g.f.m, len(streams))]
+	h.above = make(map[uint32]bool)
+	for _, st := range streams[len(processed):] {
+		h.above[st.id] = true
+	}
 	// RFC 9113 §6.8: the last stream id covers every stream the server
 	// might have acted on — on this connection that includes the streams
 	// served under other faults, which may be executing or done. Leaving
@@ -524,13 +564,18 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 	last := h.maxOther
 	h.mu.Unlock()
 
-	processed := streams[:min(g.f.m, len(streams))]
 	for _, st := range processed {
 		h.s.execute(st.e)
 		last = max(last, st.id)
 	}
 	debug := bytes.Repeat([]byte("d"), g.f.debug)
-	if h.write(func(fr *http2.Framer) error { return fr.WriteGoAway(last, http2.ErrCodeNo, debug) }) != nil {
+	err := h.write(func(fr *http2.Framer) error {
+		if err := fr.WriteGoAway(last, http2.ErrCodeNo, debug); err != nil {
+			return err
+		}
+		return fr.WritePing(false, goAwayPing)
+	})
+	if err != nil {
 		return
 	}
 	if g.f.delay > 0 { // WithPause: a window in which the client holds only the GOAWAY
@@ -543,6 +588,9 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 		}
 	}
 	if !g.f.answer {
+		if !g.f.abrupt {
+			h.drainGoAway(processed)
+		}
 		h.c.nc.Close()
 		return
 	}
@@ -566,6 +614,40 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 	case <-h.dead:
 	case <-linger.C:
 		h.c.nc.Close()
+	}
+}
+
+// drainGoAway waits, before a GoAway fault drops its connection without
+// answering, until the client has certainly processed the GOAWAY: it
+// acknowledged the PING sent after it, reset every stream above the last id,
+// and finished sending the requests of the processed streams. It waits at
+// most goAwayLinger, and not at all once the client closed the connection
+// (which it does by itself when only streams above the last id were open).
+//
+// Closing earlier races the client's writes, as a real server draining its
+// connections does not: a client whose write of a request body fails before
+// it has read the GOAWAY gets only a broken pipe, and cannot know that the
+// stream was not processed (WithAbruptClose keeps that race, on purpose).
+func (h *h2conn) drainGoAway(processed []*h2stream) {
+	t := time.NewTimer(goAwayLinger)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		done := h.pingAcked && len(h.above) == 0
+		for _, st := range processed {
+			done = done && (st.ended || st.reset)
+		}
+		h.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-h.drained:
+		case <-h.dead:
+			return
+		case <-t.C:
+			return
+		}
 	}
 }
 

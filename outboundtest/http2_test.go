@@ -1,14 +1,17 @@
 package outboundtest_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/outboundhq/outbound/outboundtest"
 )
@@ -221,4 +224,74 @@ func TestGoAwayHugeDebugData(t *testing.T) {
 			t.Errorf("Executions = %d, want 1", s.Executions("call-0"))
 		}
 	})
+}
+
+// TestGoAwayWithoutAnswersDrainsBeforeItCloses pins, frame by frame, how a
+// GoAway fault that answers nothing ends its connection: the GOAWAY is
+// followed by a PING, the connection stays usable while the client has not
+// acknowledged it (here, the client's own PING is answered), and once the
+// client has acknowledged it and reset the stream above the last id, the
+// server closes the connection.
+func TestGoAwayWithoutAnswersDrainsBeforeItCloses(t *testing.T) {
+	s := newServer(t, outboundtest.H2C)
+	s.Enqueue(outboundtest.GoAway(1, 0, false))
+	nc, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fr := http2.NewFramer(nc, nc)
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: "x"}, {Name: ":path", Value: "/"}, {Name: strings.ToLower(outboundtest.IDHeader), Value: "above"}} {
+		enc.WriteField(f)
+	}
+	if err := errors.Join(fr.WriteSettings(), fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1,
+		BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})); err != nil {
+		t.Fatal(err)
+	}
+	// next returns the next frame that is neither SETTINGS nor WINDOW_UPDATE.
+	next := func() http2.Frame {
+		t.Helper()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("reading a frame: %v", err)
+			}
+			switch f.(type) {
+			case *http2.SettingsFrame, *http2.WindowUpdateFrame:
+				continue
+			}
+			return f
+		}
+	}
+	ga, ok := next().(*http2.GoAwayFrame)
+	if !ok || ga.LastStreamID != 0 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("want GOAWAY(last 0, NO_ERROR) first, got %v", ga)
+	}
+	ping, ok := next().(*http2.PingFrame)
+	if !ok || ping.IsAck() {
+		t.Fatalf("want a PING after the GOAWAY, got %v", ping)
+	}
+	// Not acknowledged yet: the connection is still there.
+	mine := [8]byte{'c', 'l', 'i', 'e', 'n', 't'}
+	if err := fr.WritePing(false, mine); err != nil {
+		t.Fatal(err)
+	}
+	if ack, ok := next().(*http2.PingFrame); !ok || !ack.IsAck() || ack.Data != mine {
+		t.Fatalf("want the ack of the client's PING, got %v", ack)
+	}
+	if err := errors.Join(fr.WritePing(true, ping.Data), fr.WriteRSTStream(1, http2.ErrCodeCancel)); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := fr.ReadFrame(); err == nil {
+		t.Fatalf("want the connection closed, got %v", f)
+	}
+	if s.Executions("above") != 0 || s.Received("above") != 1 {
+		t.Fatalf("received %d, executed %d; want 1, 0", s.Received("above"), s.Executions("above"))
+	}
 }

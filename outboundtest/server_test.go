@@ -346,10 +346,50 @@ func TestFaultString(t *testing.T) {
 		{outboundtest.ResetStream(http2.ErrCodeRefusedStream), "ResetStream(REFUSED_STREAM)"},
 		{outboundtest.GoAway(3, 1, true), "GoAway(3, 1, true)"},
 		{outboundtest.GoAway(1, 0, false).WithDebugData(64), "GoAway(1, 0, false).WithDebugData(64)"},
+		{outboundtest.GoAway(1, 0, false).WithPause(time.Second).WithAbruptClose(), "GoAway(1, 0, false).WithPause(1s).WithAbruptClose()"},
+		{outboundtest.Respond(200).WithAbruptClose(), "Respond(200)"},
 		{outboundtest.StallOnAccept(), "StallOnAccept()"},
 	} {
 		if got := tc.f.String(); got != tc.want {
 			t.Errorf("String() = %s, want %s", got, tc.want)
 		}
+	}
+}
+
+// TestWhatTheServerSentBeforeAResetStaysReadable pins the fact about the
+// kernel that the faults closing a connection after a frame or a status
+// line rely on: bytes the server sent before it reset the connection (an
+// RST, because the client's bytes lay unread) are still read by the client,
+// and only then does it see the reset.
+func TestWhatTheServerSentBeforeAResetStaysReadable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 1)
+		c.Read(buf) // the client's first byte; the rest stays unread
+		c.Write([]byte("answer"))
+		c.Close() // unread bytes: Linux sends an RST, not a FIN
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("request that is not read")); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	got, err := io.ReadAll(c)
+	if string(got) != "answer" || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read %q, %v; want the answer, then a reset", got, err)
 	}
 }
