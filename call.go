@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -19,9 +20,13 @@ import (
 	"github.com/outboundhq/outbound/retry"
 )
 
-// drainLimit bounds how much of a retried answer's body is read so that its
-// connection can be reused (net/http's maxBodySlurpSize is 2 KiB).
-const drainLimit = 4 << 10
+// holdLimit bounds the body of an answer that is to be retried: it is read
+// into memory (which also frees its connection for reuse) and kept until the
+// retry is certain, so that a retry that cannot happen after all — the
+// context ends during the wait, GetBody fails, the next attempt never
+// reaches the upstream — still gives the caller that answer. An answer with
+// a longer body is returned instead of retried.
+const holdLimit = 16 << 10
 
 // call is one call in progress.
 type call struct {
@@ -36,16 +41,18 @@ type call struct {
 	err    error // set when the call cannot be made at all (an invalid URL)
 
 	budget       *retry.Budget
+	maxAttempts  int
 	ownCtx       bool // ctx is req.Context(): no hook or timeout replaced it
 	headerCloned bool // header is a copy of req.Header (an Idempotency-Key added)
 	idempotent   bool
 	hasKey       bool
-	replayable   bool         // no body, NoBody, or GetBody
-	body         *trackedBody // the body of the attempt in progress, if any
+	replayable   bool           // no body, NoBody, or GetBody
+	body         *trackedBody   // the body of the attempt in progress, if any
+	held         *http.Response // the last answer, kept while its retry is not certain
 }
 
 func newCall(t *Transport, req *http.Request) *call {
-	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header, ownCtx: true}
+	c := &call{t: t, req: req, ctx: req.Context(), header: req.Header, ownCtx: true, maxAttempts: t.maxAttempts}
 	var key string
 	if c.route, c.err = t.attempts.Route(req); c.err == nil {
 		key = c.route.Key()
@@ -65,6 +72,9 @@ func newCall(t *Transport, req *http.Request) *call {
 			}
 		}
 	}
+	if n, ok := c.ctx.Value(maxAttemptsKey{}).(int); ok {
+		c.maxAttempts = n
+	}
 	if f := t.hooks.CallStart; f != nil {
 		c.ctx = safeCtx(f, c.ctx, c.info)
 		c.ownCtx = false
@@ -78,7 +88,8 @@ func newCall(t *Transport, req *http.Request) *call {
 	c.out = &oa.Outcome
 	c.budget = t.Budget(key)
 	c.idempotent = retry.Idempotent(req.Method)
-	c.hasKey = req.Header.Get("Idempotency-Key") != ""
+	c.out.IdempotencyKey = req.Header.Get("Idempotency-Key")
+	c.hasKey = c.out.IdempotencyKey != ""
 	c.replayable = req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	if t.idemKeys && !c.idempotent && !c.hasKey && c.replayable {
 		c.header = req.Header.Clone()
@@ -86,7 +97,8 @@ func newCall(t *Transport, req *http.Request) *call {
 		if c.header == nil {
 			c.header = http.Header{}
 		}
-		c.header.Set("Idempotency-Key", newIdempotencyKey())
+		c.out.IdempotencyKey = newIdempotencyKey()
+		c.header.Set("Idempotency-Key", c.out.IdempotencyKey)
 		c.hasKey = true
 	}
 	return c
@@ -99,18 +111,22 @@ type outcomeAndAttempt struct {
 	first [1]outcome.Attempt
 }
 
+// run makes the attempts. n counts the attempts that MaxAttempts bounds;
+// transparent retries (retry.Transparent) are physical attempts that do not
+// count, and the attempt after one may not be transparent itself.
 func (c *call) run() (*http.Response, error) {
 	if c.err != nil {
 		return nil, c.fail(c.err)
 	}
 	h := &c.t.hooks
-	for n := 1; ; n++ {
-		body, err := c.attemptBody(n)
+	var notBefore time.Time // after a lifecycle failure: no connection as old as the one that failed
+	transparent := false    // the attempt about to be made is a transparent retry
+	for n, physical := 1, 1; ; physical++ {
+		body, err := c.attemptBody()
 		if err != nil {
-			c.out.Reason = retry.BodyUnavailable
-			return nil, c.fail(err)
+			return c.end(nil, retry.BodyUnavailable, err, noop)
 		}
-		ai := AttemptInfo{CallInfo: c.info, Attempt: n}
+		ai := AttemptInfo{CallInfo: c.info, Attempt: physical}
 		// asIs: the attempt changes nothing in the caller's request, which
 		// is then sent itself, not a copy. It is tracked where the context,
 		// header and body are chosen: contexts and bodies cannot always be
@@ -124,21 +140,18 @@ func (c *call) run() (*http.Response, error) {
 			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
 			asIs = false
 		}
-		sendCtx := actx
-		if asIs {
-			sendCtx = nil // AttemptOn: send c.req as it is
-		}
 		start := clock.Now()
-		resp, err := c.t.attempts.AttemptOn(c.route, c.req, sendCtx, c.header, body)
+		resp, err := c.t.attempts.AttemptOn(actx, c.route, c.req,
+			attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore})
 		a := record(resp, err, time.Duration(clock.Now()-start))
+		if a.Category == classify.Ambiguous {
+			c.dropHeld() // this attempt may have reached the upstream: the earlier answer is no longer the call's
+		}
 		final := err == nil && !c.t.retryable(resp.StatusCode)
-		c.account(a, final)
 
-		var d retry.Decision
-		if final {
-			d = retry.Decision{Reason: retry.Answered}
-		} else {
-			d = retry.Decide(c.input(n, a, resp))
+		d := c.decide(n, a, resp, final, transparent)
+		if d.Retry && resp != nil && !c.hold(resp) {
+			d = retry.Decision{Reason: retry.AnswerTooLarge}
 		}
 		a.Decision, a.Wait = d.Reason, d.Wait
 		c.out.Attempts = append(c.out.Attempts, a)
@@ -153,50 +166,106 @@ func (c *call) run() (*http.Response, error) {
 		}
 
 		if !d.Retry {
-			c.out.Reason = d.Reason
-			c.out.Resolve()
-			if resp != nil {
-				if c.t.attemptTimeout > 0 || c.cancel != nil { // timeouts to end with the body
-					resp.Body = &finalBody{ReadCloser: resp.Body, cancels: [2]context.CancelFunc{acancel, c.cancel}}
-				} else {
-					acancel() // noop: there is no timeout, and no wrapper is needed
-				}
-				return resp, nil
-			}
-			acancel()
-			return nil, c.fail(err)
-		}
-		if resp != nil {
-			_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-			resp.Body.Close()
+			return c.end(resp, d.Reason, err, acancel)
 		}
 		acancel()
+		transparent = d.Reason == retry.Transparent
+		if transparent {
+			notBefore = time.Now().Add(-a.Duration)
+		} else {
+			notBefore = time.Time{}
+			n++
+		}
 		if !c.sleep(d.Wait) {
-			c.out.Reason = retry.ContextDone
-			c.out.Resolve()
-			return nil, c.fail(c.ctx.Err())
+			return c.end(nil, retry.ContextDone, c.ctx.Err(), noop)
 		}
 	}
 }
 
-// attemptBody returns the body of attempt n (nil for none). The caller's
-// request itself is never modified: the attempt layer sends a copy with it.
-func (c *call) attemptBody(n int) (io.ReadCloser, error) {
+// end ends the call for reason: with resp, the answer of the last attempt;
+// else with the answer held from an earlier one, if any (its retry did not
+// happen); else with err. acancel ends the last attempt's context.
+func (c *call) end(resp *http.Response, reason retry.Reason, err error, acancel context.CancelFunc) (*http.Response, error) {
+	c.out.Reason = reason
+	if resp == nil && c.held != nil {
+		// The last attempt never reached the upstream (an ambiguous one
+		// drops the held answer): the earlier answer stands, and its body
+		// is in memory.
+		resp, c.held = c.held, nil
+		acancel()
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.body.closeNow()
+		c.out.Commit = outcome.Committed
+		return resp, nil
+	}
+	if resp == nil {
+		acancel()
+		return nil, c.fail(err)
+	}
+	c.dropHeld()
+	c.body.callEnded()
+	c.out.Commit = outcome.Committed
+	if c.t.attemptTimeout > 0 || c.cancel != nil { // timeouts to end with the body
+		resp.Body = &finalBody{ReadCloser: resp.Body, cancels: [2]context.CancelFunc{acancel, c.cancel}}
+	} else {
+		acancel() // noop: there is no timeout, and no wrapper is needed
+	}
+	return resp, nil
+}
+
+// hold keeps resp, an answer about to be retried, until the retry is
+// certain: its body is read into memory (up to holdLimit) and closed, which
+// resolves its attempt and frees its connection. It reports false, and
+// gives resp its whole body back, when the body is longer than holdLimit.
+func (c *call) hold(resp *http.Response) bool {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, holdLimit+1))
+	if len(data) > holdLimit {
+		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), resp.Body), Closer: resp.Body}
+		return false
+	}
+	resp.Body.Close()
+	c.dropHeld()
+	resp.Body = &heldBody{r: bytes.NewReader(data), err: err}
+	c.held = resp
+	return true
+}
+
+func (c *call) dropHeld() {
+	if c.held != nil {
+		c.held.Body.Close()
+		c.held = nil
+	}
+}
+
+// contextReason names why a call's context ended during an attempt.
+func contextReason(ctx context.Context) retry.Reason {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return retry.DeadlineExceeded
+	}
+	return retry.Cancelled
+}
+
+// attemptBody returns the body of the next attempt (nil for none). The
+// caller's request itself is never modified: the attempt layer sends a copy
+// with it.
+func (c *call) attemptBody() (io.ReadCloser, error) {
 	switch {
 	case c.req.Body == nil || c.req.Body == http.NoBody:
 		return c.req.Body, nil
-	case c.body != nil && (!c.body.touched() || c.req.GetBody == nil):
+	case c.body == nil:
+		c.body = &trackedBody{rc: c.req.Body}
+		return c.body, nil
+	case !c.body.touched() || c.req.GetBody == nil:
 		// The previous attempt never sent its body: send the same one.
 		// (A one-shot body that was sent only gets here through
 		// mutate.ResendOneShotBodies, which the soak test uses to prove
 		// that it catches a re-sent one-shot body.)
 		return c.body, nil
-	case n == 1:
-		c.body = &trackedBody{rc: c.req.Body}
-		return c.body, nil
 	}
 	// Decide allowed a retry, so the body is replayable.
-	c.body.Close()
+	c.body.closeNow()
 	rc, err := c.req.GetBody()
 	if err != nil {
 		c.body = nil
@@ -217,7 +286,7 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 	}
 	var ce *classify.Error
 	if errors.As(err, &ce) {
-		a.Stage, a.Category, a.Evidence = ce.Stage, ce.Category, ce.Evidence
+		a.Stage, a.Category, a.Evidence, a.Lifecycle = ce.Stage, ce.Category, ce.Evidence, ce.Lifecycle
 	}
 	var re *admission.RejectedError
 	if errors.As(err, &re) {
@@ -226,17 +295,36 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 	return a
 }
 
-// account feeds the retry budget: a final answer is a success; a failure or
-// a retryable answer costs a token. Local rejections and attempts the caller
-// cancelled say nothing about the upstream.
-func (c *call) account(a outcome.Attempt, final bool) {
+// decide says what follows attempt n, and feeds the retry budget: a final
+// answer is a success; a failure or a retryable answer costs a token, which
+// is charged before the budget is asked, so that concurrent calls cannot all
+// see the last token. Local rejections, attempts the caller cancelled,
+// transparent retries (the connection's life, not the upstream's health) and
+// refused TLS handshakes (which are not retried) cost nothing.
+func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
 	switch {
 	case final:
 		c.budget.OnSuccess()
-	case a.Category == classify.LocalRejection, c.req.Context().Err() != nil:
-	default:
-		c.budget.OnFailure()
+		return retry.Decision{Reason: retry.Answered}
+	case c.ctx.Err() != nil:
+		if c.req.Context().Err() == nil { // the call's own timeout: the upstream was too slow
+			c.budget.OnFailure()
+		}
+		return retry.Decision{Reason: contextReason(c.ctx)}
 	}
+	in := c.input(n, a, resp)
+	in.TransparentUsed = transparent
+	d := retry.Decide(in) // with BudgetAllows false: the budget is the last rule
+	switch {
+	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused:
+		return d
+	}
+	c.budget.OnFailure()
+	if d.Reason == retry.BudgetExhausted { // every other rule allows a retry
+		in.BudgetAllows = c.budget.Allows()
+		d = retry.Decide(in)
+	}
+	return d
 }
 
 func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input {
@@ -245,13 +333,14 @@ func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input 
 		IdempotencyKey: c.hasKey,
 		BodyReplayable: c.replayable || !c.body.touched() || mutate.ResendOneShotBodies.Load(),
 		Category:       a.Category,
+		Evidence:       a.Evidence,
 		Status:         a.Status,
 		Attempts:       n,
-		MaxAttempts:    c.t.maxAttempts,
+		MaxAttempts:    c.maxAttempts,
 		Backoff:        c.t.backoff.Delay(n),
-		BudgetAllows:   c.budget.Allows(),
+		Lifecycle:      a.Lifecycle,
 	}
-	if a.Category == 0 { // not classified: an invalid request, or GetBody failed
+	if a.Category == 0 { // not classified: the attempt layer could not make it
 		in.Category = classify.LocalRejection
 	}
 	if resp != nil {
@@ -287,7 +376,7 @@ func (c *call) sleep(d time.Duration) bool {
 // error.
 func (c *call) fail(err error) error {
 	if c.body != nil {
-		c.body.Close()
+		c.body.closeNow()
 	} else if c.req.Body != nil {
 		c.req.Body.Close()
 	}
@@ -301,26 +390,83 @@ func (c *call) fail(err error) error {
 	return &outcome.Error{Outcome: c.out, Err: err}
 }
 
-// trackedBody is a request body that knows whether it was read.
+// trackedBody is a request body that knows whether it was read, and keeps
+// the caller's body open for another attempt while that is possible.
 type trackedBody struct {
-	rc     io.ReadCloser
-	read   atomic.Bool
-	closed sync.Once
+	rc    io.ReadCloser
+	read  atomic.Bool
+	state atomic.Int32 // bodyOpen, bodyCloseDeferred or bodyCallEnded
+	once  sync.Once
 }
+
+const (
+	bodyOpen          = iota
+	bodyCloseDeferred // a transport closed it unread while the call went on
+	bodyCallEnded     // the call has ended: a Close closes
+)
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	b.read.Store(true)
 	return b.rc.Read(p)
 }
 
+// Close closes the caller's body, unless it was never read and the call is
+// still going on: a transport that gives up before sending it (an HTTP/2
+// connection that was shutting down, an HTTP/1 connection lost before a
+// byte was written) closes it unread, and the call may still send it on its
+// next attempt. The close then happens when the call ends.
 func (b *trackedBody) Close() error {
+	if !b.read.Load() && b.state.CompareAndSwap(bodyOpen, bodyCloseDeferred) {
+		return nil
+	}
+	return b.closeNow()
+}
+
+// callEnded is called when the call returns an answer: a close deferred
+// until then happens now, and later ones at once.
+func (b *trackedBody) callEnded() {
+	if b != nil && b.state.Swap(bodyCallEnded) == bodyCloseDeferred {
+		b.closeNow()
+	}
+}
+
+// closeNow closes the caller's body (once).
+func (b *trackedBody) closeNow() error {
+	if b == nil {
+		return nil
+	}
+	b.state.Store(bodyCallEnded)
 	var err error
-	b.closed.Do(func() { err = b.rc.Close() })
+	b.once.Do(func() { err = b.rc.Close() })
 	return err
 }
 
 // touched reports whether b was read (a nil body was not).
 func (b *trackedBody) touched() bool { return b != nil && b.read.Load() }
+
+// heldBody is the body of a held answer: what was read of it, then how its
+// reading ended.
+type heldBody struct {
+	r   *bytes.Reader
+	err error // nil: the body ended normally
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF && b.err != nil {
+		err = b.err
+	}
+	return n, err
+}
+
+func (b *heldBody) Close() error { return nil }
+
+// prefixedBody is a body of which a prefix was read ahead: the prefix, then
+// the rest.
+type prefixedBody struct {
+	io.Reader
+	io.Closer
+}
 
 // finalBody is the body of the call's final answer: closing it, or reading
 // it to the end, ends the attempt's and the call's timeouts.

@@ -2,7 +2,9 @@ package attempt
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
+	"net/url"
 	"sync/atomic"
 )
 
@@ -22,11 +24,15 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// dialNote carries, from the pool's dial to the wrapped DialContext, where
-// to put the counting connection and whether the TCP dial itself succeeded.
+// dialNote carries, from the pool's dial to the wrapped dialers, the proxy
+// the call chose, and back where to put the counting connection, whether
+// the TCP dial itself succeeded, and whether the connection came from the
+// Transport's DialTLSContext (which dials TCP and TLS in one step).
 type dialNote struct {
-	conn   *countingConn
-	dialed bool
+	proxy     *url.URL
+	conn      *countingConn
+	dialed    bool
+	customTLS bool
 }
 
 type dialNoteKey struct{}
@@ -42,6 +48,31 @@ func countingDial(dial func(ctx context.Context, network, addr string) (net.Conn
 		cc := &countingConn{Conn: c}
 		if n, ok := ctx.Value(dialNoteKey{}).(*dialNote); ok {
 			n.conn, n.dialed = cc, true
+		}
+		return cc, nil
+	}
+}
+
+// countingTLSDial wraps a DialTLSContext. A *tls.Conn it returns is kept as
+// it is: net/http negotiates HTTP/2 only over a *tls.Conn, so wrapping it
+// would turn HTTP/2 off; its attempts learn what they wrote from a trace
+// hook instead. Any other connection is counted like a plain one.
+func countingTLSDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n, _ := ctx.Value(dialNoteKey{}).(*dialNote)
+		if n != nil {
+			n.customTLS = true
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := c.(*tls.Conn); ok {
+			return c, nil
+		}
+		cc := &countingConn{Conn: c}
+		if n != nil {
+			n.conn = cc
 		}
 		return cc, nil
 	}

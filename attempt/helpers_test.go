@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -100,10 +99,4 @@ func (e *events) count(name string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n[name]
-}
-
-type tlsDialer struct{}
-
-func (*tlsDialer) dial(context.Context, string, string) (net.Conn, error) {
-	return nil, errors.New("unused")
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ type pool struct {
 	t           *http.Transport
 	scheme      string
 	addr        string
+	proxy       *url.URL // the proxy every connection of the pool goes through, or nil
 	idleTimeout time.Duration
 
 	mu      sync.Mutex
@@ -33,10 +36,12 @@ type pool struct {
 type conn struct {
 	p       *pool
 	cc      *http.ClientConn
-	raw     *countingConn
-	used    atomic.Bool // has carried a request: a failure with nothing written may be the keep-alive race
-	retired atomic.Bool // out of the pool; closed when nothing is in flight
-	inReady bool        // on p.ready; guarded by p.mu
+	raw     *countingConn // nil for a *tls.Conn from DialTLSContext
+	born    time.Time     // when it was dialed
+	used    atomic.Bool   // has carried a request: a failure with nothing written may be the keep-alive race
+	http1   atomic.Bool   // has answered over HTTP/1
+	retired atomic.Bool   // out of the pool; closed when nothing is in flight
+	inReady bool          // on p.ready; guarded by p.mu
 
 	// idleSince is when the connection last had nothing in flight
 	// (clock.Now). The idle timer, armed the first time, compares it with
@@ -51,8 +56,9 @@ type conn struct {
 }
 
 // get returns a connection with a reserved request slot, dialing one if
-// none has room. The stage of a failure is DNS, dial or TLS.
-func (p *pool) get(ctx context.Context) (*conn, error) {
+// none has room. With a non-zero notBefore, connections opened before it are
+// not used. The stage of a failure is DNS, dial or TLS.
+func (p *pool) get(ctx context.Context, notBefore time.Time) (*conn, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -68,11 +74,10 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 		// An HTTP/1 connection carries one request at a time: it leaves the
 		// ready stack with this attempt. An HTTP/2 one stays for the next
 		// attempts while it has room for more streams.
-		if n := len(p.ready); n > 0 {
-			c, h2 := p.ready[n-1], p.h2
+		if i := p.readyIndex(notBefore); i >= 0 {
+			c, h2 := p.ready[i], p.h2
 			if !h2 {
-				p.ready[n-1] = nil
-				p.ready = p.ready[:n-1]
+				p.ready = slices.Delete(p.ready, i, i+1)
 				c.inReady = false
 			}
 			p.mu.Unlock()
@@ -116,6 +121,17 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 	}
 }
 
+// readyIndex returns the index in p.ready of the connection to try, the most
+// recently freed one opened at or after notBefore, or -1; p.mu must be held.
+func (p *pool) readyIndex(notBefore time.Time) int {
+	for i := len(p.ready) - 1; i >= 0; i-- {
+		if notBefore.IsZero() || !p.ready[i].born.Before(notBefore) {
+			return i
+		}
+	}
+	return -1
+}
+
 var errPoolClosed = errors.New("outbound: transport closed")
 
 // dialError is a failure to establish a connection, with its stage.
@@ -128,14 +144,19 @@ func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 func (p *pool) dial(ctx context.Context) (*conn, error) {
-	note := &dialNote{}
+	note := &dialNote{proxy: p.proxy}
 	cc, err := p.t.NewClientConn(context.WithValue(ctx, dialNoteKey{}, note), p.scheme, p.addr)
 	if err != nil {
 		stage := classify.StageTLS
 		var dns *net.DNSError
+		var op *net.OpError
 		switch {
 		case errors.As(err, &dns):
 			stage = classify.StageDNS
+		case note.customTLS: // TCP and TLS in one step: only the error tells them apart
+			if errors.As(err, &op) && op.Op == "dial" {
+				stage = classify.StageDial
+			}
 		case !note.dialed || p.scheme == "http": // no TLS: the HTTP/2 preface is part of the dial
 			stage = classify.StageDial
 		}
@@ -148,7 +169,7 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 		cc.Close()
 		return nil, &dialError{stage: classify.StageTLS, err: err}
 	}
-	c := &conn{p: p, cc: cc, raw: note.conn}
+	c := &conn{p: p, cc: cc, raw: note.conn, born: time.Now()}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -186,11 +207,8 @@ func (p *pool) dropReady(c *conn) {
 	if !c.inReady {
 		return
 	}
-	for i := len(p.ready) - 1; i >= 0; i-- {
-		if p.ready[i] == c {
-			p.ready = append(p.ready[:i], p.ready[i+1:]...)
-			break
-		}
+	if i := slices.Index(p.ready, c); i >= 0 {
+		p.ready = slices.Delete(p.ready, i, i+1)
 	}
 	c.inReady = false
 }
@@ -274,19 +292,15 @@ func (c *conn) stopIdle() {
 // closed when the state hook reports its last stream done.
 func (p *pool) retire(c *conn) {
 	p.mu.Lock()
-	for i, x := range p.conns {
-		if x == c {
-			p.conns = append(p.conns[:i], p.conns[i+1:]...)
-			break
-		}
+	// slices.Delete clears the vacated slot: a retired connection must not
+	// stay reachable from the pool's slices.
+	if i := slices.Index(p.conns, c); i >= 0 {
+		p.conns = slices.Delete(p.conns, i, i+1)
 	}
 	c.retired.Store(true)
 	if c.inReady {
-		for i, x := range p.ready {
-			if x == c {
-				p.ready = append(p.ready[:i], p.ready[i+1:]...)
-				break
-			}
+		if i := slices.Index(p.ready, c); i >= 0 {
+			p.ready = slices.Delete(p.ready, i, i+1)
 		}
 		c.inReady = false
 	}

@@ -16,12 +16,15 @@
 // bytes that reach each socket. Under TLS the count sits below the TLS layer,
 // which is what lets ALPN still negotiate HTTP/2. A failed attempt that wrote
 // no byte is proven not sent (unless its context had ended: a transport may
-// still be writing then).
+// still be writing then). A connection from the Transport's DialTLSContext is
+// a *tls.Conn that cannot be wrapped without losing HTTP/2; on it, an attempt
+// learns whether it wrote anything from net/http's WroteHeaders trace hook.
 //
 // The admission permit of an answered attempt lasts until its response body
-// is read to the end or closed: the bulkhead bounds the whole exchange, and
-// the breaker records the outcome then. A body that is never closed keeps its
-// permit, as it keeps its connection in net/http: close every body.
+// is read to the end or closed, or until the attempt's context ends: the
+// bulkhead bounds the whole exchange, and the breaker records the outcome
+// then. A body that is never closed, under a context that never ends, keeps
+// its permit, as it keeps its connection in net/http: close every body.
 package attempt
 
 import (
@@ -31,7 +34,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound/admission"
@@ -44,16 +50,30 @@ import (
 // context ended with this cause counts as an upstream failure (too slow); an
 // attempt whose context ended for any other reason was cancelled by the
 // caller and counts as neither success nor failure.
-var ErrAttemptTimeout = errors.New("outbound: attempt timed out")
+//
+// It reports itself the way net/http reports a timeout: it is a net.Error
+// whose Timeout is true, and errors.Is(ErrAttemptTimeout,
+// context.DeadlineExceeded) holds.
+var ErrAttemptTimeout error = attemptTimeout{}
+
+type attemptTimeout struct{}
+
+func (attemptTimeout) Error() string   { return "outbound: attempt timed out" }
+func (attemptTimeout) Timeout() bool   { return true }
+func (attemptTimeout) Temporary() bool { return true }
+
+// Is makes errors.Is(ErrAttemptTimeout, context.DeadlineExceeded) hold.
+func (attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // Config configures a Transport. The zero value is usable.
 type Config struct {
-	// Transport supplies the settings of new connections: dialer, proxy,
-	// TLS configuration, protocols, timeouts. Nil means a clone of
-	// http.DefaultTransport. It is cloned, not used: its own connection
-	// pool is never touched. DialTLSContext is not supported (it hides the
-	// bytes written), nor is a nil DialContext replaced by anything but a
-	// net.Dialer.
+	// Transport supplies the settings of new connections: dialer, TLS
+	// dialer, proxy, TLS configuration, protocols, timeouts. Nil means a
+	// clone of http.DefaultTransport. It is cloned, not used: its own
+	// connection pool is never touched. Its Proxy is called with the
+	// caller's request (URL, header and context), once per call, and
+	// connections are pooled per proxy as well as per address. A nil
+	// DialContext means a net.Dialer.
 	Transport *http.Transport
 
 	// Admission is the template of every upstream's admission pipeline;
@@ -88,6 +108,7 @@ func DefaultIsFailure(resp *http.Response) bool {
 // classifies every failure. It does not retry. It is safe for concurrent use.
 type Transport struct {
 	base        *http.Transport
+	proxy       func(*http.Request) (*url.URL, error) // the configured Proxy, called per call
 	admission   admission.Config
 	key         func(*http.Request) string
 	customKey   bool
@@ -101,7 +122,7 @@ type Transport struct {
 	closed    bool
 }
 
-type hostKey struct{ scheme, host string }
+type hostKey struct{ scheme, host, proxy string }
 
 // Route is where a request goes: the upstream it is admitted against and the
 // pool of connections to its address. Transport.Route finds it.
@@ -123,9 +144,6 @@ func New(cfg Config) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport.(*http.Transport)
 	}
-	if base.DialTLSContext != nil || base.DialTLS != nil { //nolint:staticcheck // DialTLS is checked too
-		return nil, fmt.Errorf("attempt: Config.Transport.DialTLSContext is not supported: it would hide the bytes written")
-	}
 	if cfg.IdleConnTimeout < 0 {
 		return nil, fmt.Errorf("attempt: Config.IdleConnTimeout must be >= 0, got %v", cfg.IdleConnTimeout)
 	}
@@ -140,11 +158,31 @@ func New(cfg Config) (*Transport, error) {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
 	b.DialContext = countingDial(dial)
+	if tlsDial := b.DialTLSContext; tlsDial != nil {
+		b.DialTLSContext = countingTLSDial(tlsDial)
+	} else if tlsDial := b.DialTLS; tlsDial != nil { //nolint:staticcheck // the deprecated field is honoured
+		b.DialTLSContext = countingTLSDial(func(_ context.Context, network, addr string) (net.Conn, error) {
+			return tlsDial(network, addr)
+		})
+		b.DialTLS = nil //nolint:staticcheck // replaced by the DialTLSContext above
+	}
 	if b.Protocols == nil {
 		b.ForceAttemptHTTP2 = true // a custom DialContext would otherwise turn HTTP/2 off
 	}
+	userProxy := b.Proxy
+	if userProxy != nil {
+		// Called once per call with the caller's request (Route); the dial
+		// then uses what that call chose.
+		b.Proxy = func(r *http.Request) (*url.URL, error) {
+			if n, ok := r.Context().Value(dialNoteKey{}).(*dialNote); ok {
+				return n.proxy, nil
+			}
+			return nil, nil
+		}
+	}
 	t := &Transport{
 		base:        b,
+		proxy:       userProxy,
 		admission:   cfg.Admission,
 		key:         cfg.UpstreamKey,
 		isFailure:   cfg.IsFailure,
@@ -187,12 +225,24 @@ func address(req *http.Request) string {
 func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
 
 // Route returns where req goes. With the default upstream key, routes are
-// cached per scheme and URL host, so finding one allocates nothing.
+// cached per scheme, URL host and proxy, so finding one allocates nothing
+// when no proxy is configured. The Transport's Proxy, if any, is called here
+// with req itself.
 func (t *Transport) Route(req *http.Request) (*Route, error) {
 	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
 		return nil, errUnsupportedURL(req)
 	}
-	hk := hostKey{req.URL.Scheme, req.URL.Host}
+	var proxy *url.URL
+	hk := hostKey{scheme: req.URL.Scheme, host: req.URL.Host}
+	if t.proxy != nil {
+		u, err := t.proxy(req)
+		if err != nil {
+			return nil, fmt.Errorf("outbound: the Transport's Proxy refused the request: %w", err)
+		}
+		if u != nil {
+			proxy, hk.proxy = u, u.String()
+		}
+	}
 	if !t.customKey {
 		t.mu.RLock()
 		r := t.routes[hk]
@@ -202,7 +252,7 @@ func (t *Transport) Route(req *http.Request) (*Route, error) {
 		}
 	}
 	key := t.key(req)
-	p, err := t.pool(req.URL.Scheme, address(req))
+	p, err := t.pool(req.URL.Scheme, address(req), proxy, hk.proxy)
 	if err != nil {
 		return nil, err
 	}
@@ -244,8 +294,11 @@ func (t *Transport) Pipeline(key string) *admission.Pipeline {
 	return p
 }
 
-func (t *Transport) pool(scheme, addr string) (*pool, error) {
+func (t *Transport) pool(scheme, addr string, proxy *url.URL, proxyKey string) (*pool, error) {
 	k := scheme + "://" + addr
+	if proxyKey != "" {
+		k += " via " + proxyKey
+	}
 	t.mu.RLock()
 	p, closed := t.pools[k], t.closed
 	t.mu.RUnlock()
@@ -261,7 +314,7 @@ func (t *Transport) pool(scheme, addr string) (*pool, error) {
 		return nil, errPoolClosed
 	}
 	if p = t.pools[k]; p == nil {
-		p = &pool{t: t.base, scheme: scheme, addr: addr, idleTimeout: t.idleTimeout}
+		p = &pool{t: t.base, scheme: scheme, addr: addr, proxy: proxy, idleTimeout: t.idleTimeout}
 		t.pools[k] = p
 	}
 	return p, nil
@@ -308,81 +361,121 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Attempt is RoundTrip without the body rule: when the attempt fails before
-// the request reached a connection (a local rejection, or no connection
-// could be made), req.Body is left unread and open, so that a caller that
-// owns the body may use it for another attempt. In every other case the body
-// has been consumed and closed.
+// the request reached a connection (an invalid request, a local rejection, or
+// no connection could be made), req.Body is left unread and open, so that a
+// caller that owns the body may use it for another attempt. In every other
+// case the body has been consumed and closed.
 func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
 	r, err := t.Route(req)
 	if err != nil {
 		return nil, err
 	}
-	return t.AttemptOn(r, req, nil, nil, nil)
+	return t.AttemptOn(req.Context(), r, req, Options{AsIs: true})
 }
 
-// AttemptOn is Attempt on a route found by Route, with the attempt's context,
-// header and body given apart from req: they replace req's in the one copy
-// of req that is sent (req itself is not modified), so that a caller making
-// several attempts of one request copies it once per attempt. With a nil
-// ctx, req is sent as it is, with its own context, header and body (header
-// and reqBody are then ignored): no copy at all. (The caller says so because
-// comparing contexts or bodies is not always possible: an interface holding
-// an uncomparable value panics when compared with one of the same type.)
-func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, header http.Header, reqBody io.ReadCloser) (*http.Response, error) {
+// Options say how AttemptOn sends one attempt.
+type Options struct {
+	// AsIs sends the request itself, with its own context, header and
+	// body: no copy is made. ctx must then be the request's context, and
+	// Header and Body are ignored. (The caller says so because comparing
+	// contexts or bodies is not always possible: an interface holding an
+	// uncomparable value panics when compared.)
+	AsIs bool
+
+	// Header and Body replace the request's in the one copy of it that is
+	// sent with ctx; the request itself is not modified. A caller making
+	// several attempts of one request thus copies it once per attempt.
+	Header http.Header
+	Body   io.ReadCloser
+
+	// NotBefore, when not zero, keeps the attempt off every connection
+	// opened before it: a retry after a connection's failure does not meet
+	// a connection as old as the one that failed.
+	NotBefore time.Time
+}
+
+// AttemptOn is Attempt on a route found by Route, with the attempt's context
+// ctx and the Options o.
+func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, o Options) (*http.Response, error) {
 	areq := req
-	if ctx == nil {
-		ctx = req.Context()
-	} else {
+	if !o.AsIs {
 		areq = req.WithContext(ctx)
-		areq.Header, areq.Body = header, reqBody
+		areq.Header, areq.Body = o.Header, o.Body
 	}
 	key, pl, p := r.key, r.pipeline, r.pool
+	if err := validate(areq); err != nil {
+		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
+			Evidence: classify.EvidenceInvalidRequest, Err: err}
+	}
 	start := clock.Now()
 	pm, err := pl.Acquire(ctx)
 	if err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
-	c, err := p.get(ctx)
+	c, err := p.get(ctx, o.NotBefore)
 	if err != nil {
 		stage := classify.StageDial
 		var de *dialError
 		if errors.As(err, &de) {
 			stage = de.stage
 		}
-		if callerCancelled(ctx) || err == errPoolClosed {
+		ev := classify.EvidenceNoConnection
+		switch {
+		case callerCancelled(ctx) || err == errPoolClosed:
 			pm.Cancel()
-		} else {
+		case classify.TLSRefused(err):
+			// It would fail the same way for every attempt; the breaker
+			// could only hide its cause behind "circuit open".
+			ev = classify.EvidenceTLSRefused
+			pm.Release()
+		default:
 			pm.Failure(time.Duration(clock.Now() - start))
 		}
 		return nil, &classify.Error{Upstream: key, Stage: stage, Category: classify.NotSent,
-			Evidence: classify.EvidenceNoConnection, Err: withCause(ctx, err)}
+			Evidence: ev, Err: withCause(ctx, err)}
 	}
 
-	before := c.raw.written.Load()
+	var wrote *wroteFlag
+	var before int64
+	if c.raw != nil {
+		before = c.raw.written.Load()
+	} else {
+		// A connection from DialTLSContext: its bytes are not counted, but
+		// net/http says when it has written the request's headers.
+		wrote = new(wroteFlag)
+		areq = areq.WithContext(httptrace.WithClientTrace(areq.Context(), &httptrace.ClientTrace{WroteHeaders: wrote.set}))
+	}
 	reused := c.used.Swap(true)
 	resp, err := c.cc.RoundTrip(areq)
 	if err != nil {
-		written := c.raw.written.Load() - before
-		facts := classify.Facts{Stage: classify.InferStage(written, err), Written: written, Err: err, Cancelled: ctx.Err() != nil}
+		var written int64
+		if c.raw != nil {
+			written = c.raw.written.Load() - before
+		} else if wrote.Load() {
+			written = 1 // some, uncounted
+		}
+		facts := classify.Facts{Stage: classify.InferStage(written, err), Written: written, Err: err,
+			Cancelled: ctx.Err() != nil, Reused: reused, HTTP1: c.http1.Load()}
 		cat, ev := classify.Failure(facts)
-		switch {
-		case callerCancelled(ctx), ev == classify.EvidenceGoAwayAbove,
-			ev == classify.EvidenceNothingWritten && reused:
-			// Says nothing about the upstream's health: the caller gave up,
-			// the upstream shut down gracefully, or it closed an idle
-			// keep-alive connection just as we reused it.
+		lifecycle := classify.Lifecycle(facts, ev)
+		if callerCancelled(ctx) || lifecycle {
+			// Says nothing about the upstream's health: the caller gave
+			// up, or the connection's life ended it (see classify.Lifecycle).
 			pm.Release()
-		default:
+		} else {
 			pm.Failure(time.Duration(clock.Now() - start))
 		}
 		if c.cc.Err() != nil {
 			p.retire(c)
 		}
-		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev, Err: withCause(ctx, err)}
+		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev,
+			Lifecycle: lifecycle, Err: withCause(ctx, err)}
 	}
 	if resp.ProtoMajor == 2 {
 		p.learnHTTP2()
+	} else if !c.http1.Load() {
+		c.http1.Store(true)
 	}
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
@@ -390,9 +483,23 @@ func (t *Transport) AttemptOn(r *Route, req *http.Request, ctx context.Context, 
 		finish(&pm, failed, elapsed)
 		return resp, nil
 	}
-	resp.Body = &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
+	if ctx.Done() != nil {
+		// The exchange ends with the attempt's context, whether or not the
+		// caller ever closes the body: the permit comes back then. (The
+		// lock: the function may run before AfterFunc returns.)
+		b.mu.Lock()
+		b.stop = context.AfterFunc(ctx, b.contextDone)
+		b.mu.Unlock()
+	}
+	resp.Body = b
 	return resp, nil
 }
+
+// wroteFlag records net/http's WroteHeaders for one attempt.
+type wroteFlag struct{ atomic.Bool }
+
+func (w *wroteFlag) set() { w.Store(true) }
 
 func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
 	if failed {
@@ -425,13 +532,19 @@ func closeBody(req *http.Request) {
 }
 
 // body holds the attempt's admission permit until the response body is read
-// to the end or closed, then records the outcome.
+// to the end or closed, or until the attempt's context ends, then records the
+// outcome.
 type body struct {
 	rc       io.ReadCloser
 	ctx      context.Context
 	upstream string
 	failed   bool
 	elapsed  time.Duration
+	stop     func() bool // stops the context.AfterFunc, if one was set
+
+	// closing is set before the caller's Close closes rc: a Read that
+	// fails from then on fails because of it, not because of the upstream.
+	closing atomic.Bool
 
 	mu   sync.Mutex
 	pm   admission.Permit
@@ -443,6 +556,10 @@ func (b *body) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case err == io.EOF:
+		b.end(b.failed, false)
+	case b.closing.Load():
+		// The caller closed the body, perhaps from another goroutine,
+		// while this Read was in progress.
 		b.end(b.failed, false)
 	default:
 		cancelled := callerCancelled(b.ctx)
@@ -456,9 +573,20 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
+	b.closing.Store(true)
 	err := b.rc.Close()
 	b.end(b.failed, false)
 	return err
+}
+
+// contextDone ends the exchange when the attempt's context ends before the
+// body did: a per-attempt timeout is a failure, a cancellation by the caller
+// is neither. The body is closed, which frees its connection; a later Read
+// fails with the context's cause.
+func (b *body) contextDone() {
+	timedOut := !callerCancelled(b.ctx)
+	b.end(timedOut, !timedOut)
+	b.rc.Close()
 }
 
 // end resolves the permit once: a failure, a success, or (the caller gave
@@ -470,6 +598,9 @@ func (b *body) end(failed, release bool) {
 		return
 	}
 	b.done = true
+	if b.stop != nil {
+		b.stop()
+	}
 	if release {
 		b.pm.Release()
 		return

@@ -266,9 +266,8 @@ func TestAttemptLeavesAnUnsentBodyUnread(t *testing.T) {
 
 func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
 	for field, cfg := range map[string]attempt.Config{
-		"Config.IdleConnTimeout":          {IdleConnTimeout: -1},
-		"Config.Admission":                {Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: -2}}},
-		"Config.Transport.DialTLSContext": {Transport: &http.Transport{DialTLSContext: (&tlsDialer{}).dial}},
+		"Config.IdleConnTimeout": {IdleConnTimeout: -1},
+		"Config.Admission":       {Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: -2}}},
 	} {
 		if _, err := attempt.New(cfg); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("err = %v, want it to name %s", err, field)

@@ -4,11 +4,13 @@
 // TLS, writing headers, writing the body, awaiting the response, reading the
 // body) and a Category (what that proves):
 //
-//   - LocalRejection: a local guard refused it; it never left the process.
+//   - LocalRejection: it never left the process — a local guard refused it,
+//     or the request is invalid and the HTTP client would refuse to send it.
 //   - NotSent: proven not processed by the upstream — no connection, not a
 //     byte of the request reached the socket, an HTTP/2 RST_STREAM with
-//     REFUSED_STREAM, or a stream above the last-stream-id of a GOAWAY
-//     (RFC 9113 §8.7).
+//     REFUSED_STREAM, a stream above the last-stream-id of a GOAWAY
+//     (RFC 9113 §8.7), or no stream opened because the connection was
+//     shutting down.
 //   - Ambiguous: request bytes left and no status came back; the upstream may
 //     have processed it. A stream at or below a GOAWAY's last id, and any
 //     other stream reset, stay here (RFC 9113 §6.8).
@@ -18,8 +20,9 @@
 // The same error value (io.EOF, ECONNRESET) appears for "nothing sent" and
 // for "processed, then the connection closed", so the classification rests on
 // the stage and on the bytes written, never on the error value alone. Where Go
-// offers only error text (two HTTP/2 GOAWAY cases), the match lives in
-// h2evidence.go, with a test per case.
+// offers only error text or an unexported type, the match lives in one file
+// per protocol (h1evidence.go, h2evidence.go, tlsevidence.go), with a test
+// per case.
 package classify
 
 import (
@@ -32,7 +35,7 @@ import (
 type Stage uint8
 
 const (
-	StageAdmission    Stage = iota + 1 // refused by a local guard
+	StageAdmission    Stage = iota + 1 // refused before the wire: by a local guard, or as invalid
 	StageDNS                           // resolving the host
 	StageDial                          // opening the TCP connection
 	StageTLS                           // the TLS handshake (and HTTP/2 preface)
@@ -79,23 +82,32 @@ func (c Category) String() string {
 type Evidence uint8
 
 const (
-	EvidenceLocalGuard        Evidence = iota + 1 // a local guard refused the attempt
-	EvidenceNoConnection                          // no connection was established
-	EvidenceNothingWritten                        // no byte of the request reached the socket
-	EvidenceRefusedStream                         // HTTP/2 RST_STREAM REFUSED_STREAM
-	EvidenceGoAwayAbove                           // HTTP/2 stream above the GOAWAY's last-stream-id
-	EvidenceGoAwayAtOrBelow                       // HTTP/2 stream at or below the GOAWAY's last-stream-id
-	EvidenceStreamReset                           // HTTP/2 RST_STREAM with another code
-	EvidenceBytesWritten                          // request bytes left; no status came back
-	EvidenceStatus                                // a status line arrived
-	EvidenceCancelledInFlight                     // the context ended while the request may still have been going out
+	EvidenceLocalGuard           Evidence = iota + 1 // a local guard refused the attempt
+	EvidenceNoConnection                             // no connection was established
+	EvidenceNothingWritten                           // no byte of the request reached the socket
+	EvidenceRefusedStream                            // HTTP/2 RST_STREAM REFUSED_STREAM
+	EvidenceGoAwayAbove                              // HTTP/2 stream above the GOAWAY's last-stream-id
+	EvidenceGoAwayAtOrBelow                          // HTTP/2 stream at or below the GOAWAY's last-stream-id
+	EvidenceStreamReset                              // HTTP/2 RST_STREAM with another code
+	EvidenceBytesWritten                             // request bytes left; no status came back
+	EvidenceStatus                                   // a status line arrived
+	EvidenceCancelledInFlight                        // the context ended while the request may still have been going out
+	EvidenceInvalidRequest                           // the request is invalid: the HTTP client refuses to send it
+	EvidenceConnShuttingDown                         // HTTP/2: no stream was opened, the connection had received a GOAWAY
+	EvidenceGoAwayAboveWithError                     // HTTP/2 stream above the last-stream-id of a GOAWAY that carried an error code
+	EvidenceIdleConnClosed                           // HTTP/1: the server closed a reused connection before any byte of the response
+	EvidenceTLSRefused                               // the TLS handshake failed for good: certificate or protocol refused
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
 	EvidenceNothingWritten: "nothing written", EvidenceRefusedStream: "REFUSED_STREAM",
 	EvidenceGoAwayAbove: "stream above GOAWAY last-stream-id", EvidenceGoAwayAtOrBelow: "stream at or below GOAWAY last-stream-id",
 	EvidenceStreamReset: "stream reset", EvidenceBytesWritten: "request bytes written, no status", EvidenceStatus: "status received",
-	EvidenceCancelledInFlight: "cancelled while the request may still have been going out"}
+	EvidenceCancelledInFlight: "cancelled while the request may still have been going out",
+	EvidenceInvalidRequest:    "invalid request", EvidenceConnShuttingDown: "no stream opened: connection shutting down (GOAWAY)",
+	EvidenceGoAwayAboveWithError: "stream above the last-stream-id of a GOAWAY with an error code",
+	EvidenceIdleConnClosed:       "reused connection closed before any response byte",
+	EvidenceTLSRefused:           "TLS handshake refused (certificate or protocol)"}
 
 func (e Evidence) String() string {
 	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {
@@ -119,7 +131,10 @@ type Error struct {
 	Stage    Stage
 	Category Category
 	Evidence Evidence
-	Err      error
+	// Lifecycle reports that the failure came from the life of the
+	// connection, not from the upstream's health: see Lifecycle.
+	Lifecycle bool
+	Err       error
 }
 
 func (e *Error) Error() string {
@@ -147,6 +162,9 @@ func (e *Error) Is(target error) bool {
 // Facts are what an attempt observed about itself when it failed without a
 // response.
 type Facts struct {
+	// Reused reports that the connection had carried a request before
+	// this attempt; HTTP1, that it is known to speak HTTP/1.
+	Reused, HTTP1 bool
 	// Stage is how far the attempt got.
 	Stage Stage
 	// Written is the number of bytes that reached the connection's socket
@@ -165,12 +183,14 @@ type Facts struct {
 //
 // The order of the rules: a local rejection or a missing connection proves
 // non-processing; so does HTTP/2 evidence (REFUSED_STREAM, a stream above
-// the GOAWAY's last id), and so do zero bytes written — unless the attempt's
-// context had ended, since the request may still have been going out. On
-// HTTP/2 the byte
-// count of the socket includes other streams, so a non-zero count proves
-// nothing and the stream evidence decides; with no such evidence the
-// attempt is Ambiguous.
+// the GOAWAY's last id, no stream opened on a connection shutting down), and
+// so do zero bytes written — unless the attempt's context had ended, since
+// the request may still have been going out. On HTTP/2 the byte count of the
+// socket includes other streams, so a non-zero count proves nothing and the
+// stream evidence decides; with no such evidence the attempt is Ambiguous,
+// and so is a reused HTTP/1 connection that the server closed before any
+// byte of the response came back, whether the client noticed it reading or
+// still writing (the request may have arrived).
 func Failure(f Facts) (Category, Evidence) {
 	switch {
 	case f.Stage == StageAdmission:
@@ -180,7 +200,7 @@ func Failure(f Facts) (Category, Evidence) {
 	}
 	h2 := HTTP2Evidence(f.Err)
 	switch {
-	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove:
+	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove || h2 == EvidenceGoAwayAboveWithError || h2 == EvidenceConnShuttingDown:
 		return NotSent, h2
 	case f.Written == 0 && f.Cancelled:
 		return Ambiguous, EvidenceCancelledInFlight
@@ -188,8 +208,32 @@ func Failure(f Facts) (Category, Evidence) {
 		return NotSent, EvidenceNothingWritten
 	case h2 != 0:
 		return Ambiguous, h2
+	case f.Reused && f.HTTP1 && !f.Cancelled && (NoResponseByte(f.Err) || f.Stage == StageWriteBody):
+		// The connection died before the answer began: the read that
+		// waited for it failed, or the request could not be written to
+		// the end (HTTP/1 answers after the request).
+		return Ambiguous, EvidenceIdleConnClosed
 	}
 	return Ambiguous, EvidenceBytesWritten
+}
+
+// Lifecycle reports whether a failure classified as ev came from the life of
+// the connection rather than from the upstream's health: a stream above the
+// last-stream-id of a graceful GOAWAY, no stream opened on a connection that
+// was shutting down, or a reused connection that the server closed before
+// any byte of the response (the keep-alive race: it closed an idle
+// connection as the request arrived) — with nothing written, or with a
+// request that may have arrived. Such a failure is not an upstream failure,
+// and a retry of it may be transparent (it costs no retry budget and no
+// attempt), as long as the retry rules allow it at all.
+func Lifecycle(f Facts, ev Evidence) bool {
+	switch ev {
+	case EvidenceGoAwayAbove, EvidenceConnShuttingDown, EvidenceIdleConnClosed:
+		return true
+	case EvidenceNothingWritten:
+		return f.Reused
+	}
+	return false
 }
 
 // InferStage locates a failure that came with no response from what is

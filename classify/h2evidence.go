@@ -20,9 +20,17 @@ import (
 //     hook (golang/go#74578). The transport returns it only to streams it
 //     had already accepted as "at or below"; they may have been processed.
 //   - a stream above the last-stream-id: net/http and x/net abort such
-//     streams with an error that exists only as text. That text match is
-//     the only one in the library; TestGoAwayTextsOfThisGoVersion fails
-//     loudly when a Go release changes it.
+//     streams with an error that exists only as text: the graceful one, or,
+//     for the first stream of a connection, one that names the GOAWAY's
+//     error code (net/http names the code to no other stream).
+//   - no stream opened: a request that was to open a stream on a
+//     connection that had received a GOAWAY meanwhile (between
+//     http.ClientConn.Reserve and the stream's slot) fails, before any frame
+//     of it is written, with net/http's unexported "client conn not usable"
+//     error, recognised by its text.
+//
+// TestGoAwayTextsOfThisGoVersion and TestConnNotUsableTextOfThisGoVersion
+// fail loudly when a Go release changes the texts.
 func HTTP2Evidence(err error) Evidence {
 	if err == nil {
 		return 0
@@ -38,8 +46,15 @@ func HTTP2Evidence(err error) Evidence {
 	if errors.As(err, &ga) || bundledGoAway(err) {
 		return EvidenceGoAwayAtOrBelow
 	}
-	if goAwayAboveLastStream(err) {
-		return EvidenceGoAwayAbove
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		switch msg := e.Error(); {
+		case msg == goAwayGracefulText:
+			return EvidenceGoAwayAbove
+		case strings.HasPrefix(msg, goAwayErrCodeText):
+			return EvidenceGoAwayAboveWithError
+		case msg == connNotUsableText:
+			return EvidenceConnShuttingDown
+		}
 	}
 	return 0
 }
@@ -48,20 +63,14 @@ func HTTP2Evidence(err error) Evidence {
 // above the last-stream-id of a GOAWAY they received: the graceful one (or
 // any GOAWAY for a stream other than the connection's first), and the one
 // for the first stream of a connection when the GOAWAY carries an error code.
+//
+// connNotUsableText is the error of a request that found its connection
+// shutting down before it could open a stream.
 const (
 	goAwayGracefulText = "http2: Transport received Server's graceful shutdown GOAWAY"
 	goAwayErrCodeText  = "http2: Transport received GOAWAY from server ErrCode:"
+	connNotUsableText  = "http2: client conn not usable"
 )
-
-func goAwayAboveLastStream(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		msg := e.Error()
-		if msg == goAwayGracefulText || strings.HasPrefix(msg, goAwayErrCodeText) {
-			return true
-		}
-	}
-	return false
-}
 
 // bundledGoAway recognises net/http's unexported http2GoAwayError anywhere
 // in err's chain.

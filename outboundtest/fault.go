@@ -253,6 +253,16 @@ func (f Fault) WithAbruptClose() Fault {
 	return f
 }
 
+// WithErrCode makes a GoAway fault's GOAWAY carry code instead of NO_ERROR:
+// a server shutting a connection down because of a problem (INTERNAL_ERROR,
+// ENHANCE_YOUR_CALM). Other faults ignore it.
+func (f Fault) WithErrCode(code http2.ErrCode) Fault {
+	if f.kind == kindGoAway {
+		f.code = code
+	}
+	return f
+}
+
 // WithDebugData returns a copy of f whose GOAWAY frame carries n bytes of
 // debug data. It applies to GoAway only. n may exceed the largest frame the
 // client accepts: that is a hostile peer, on purpose.
@@ -344,6 +354,9 @@ func (f Fault) String() string {
 		}
 		if f.abrupt {
 			s += ".WithAbruptClose()"
+		}
+		if f.code != http2.ErrCodeNo {
+			s += fmt.Sprintf(".WithErrCode(%v)", f.code)
 		}
 		if f.debug > 0 {
 			s += fmt.Sprintf(".WithDebugData(%d)", f.debug)

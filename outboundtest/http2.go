@@ -570,7 +570,7 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 	}
 	debug := bytes.Repeat([]byte("d"), g.f.debug)
 	err := h.write(func(fr *http2.Framer) error {
-		if err := fr.WriteGoAway(last, http2.ErrCodeNo, debug); err != nil {
+		if err := fr.WriteGoAway(last, g.f.code, debug); err != nil {
 			return err
 		}
 		return fr.WritePing(false, goAwayPing)

@@ -348,6 +348,7 @@ func TestFaultString(t *testing.T) {
 		{outboundtest.GoAway(1, 0, false).WithDebugData(64), "GoAway(1, 0, false).WithDebugData(64)"},
 		{outboundtest.GoAway(1, 0, false).WithPause(time.Second).WithAbruptClose(), "GoAway(1, 0, false).WithPause(1s).WithAbruptClose()"},
 		{outboundtest.Respond(200).WithAbruptClose(), "Respond(200)"},
+		{outboundtest.GoAway(1, 0, false).WithErrCode(http2.ErrCodeEnhanceYourCalm), "GoAway(1, 0, false).WithErrCode(ENHANCE_YOUR_CALM)"},
 		{outboundtest.StallOnAccept(), "StallOnAccept()"},
 	} {
 		if got := tc.f.String(); got != tc.want {

@@ -64,6 +64,11 @@ type Attempt struct {
 	Guard    admission.Guard // for a local rejection: the guard that refused
 	Duration time.Duration   // until the response headers, or the failure
 	Err      error           // nil for an answer
+	// Lifecycle reports that the failure came from the connection's life,
+	// not from the upstream's health (see classify.Lifecycle): it is not a
+	// breaker failure, and its retry, Decision retry.Transparent, is not
+	// counted against the attempts and costs no retry budget.
+	Lifecycle bool
 
 	// Decision is what was decided after this attempt, and Wait how long
 	// the call waited before the next one.
@@ -78,13 +83,22 @@ type Outcome struct {
 	Commit   Commit
 	Attempts []Attempt
 	// Reason is why the call ended: the decision after its last attempt, or
-	// retry.ContextDone when the context ended while it waited to retry.
+	// retry.ContextDone when the context ended while it waited to retry, or
+	// retry.BodyUnavailable when the body of the next attempt could not be
+	// made. A call that ends with an answer returns the last answer it got,
+	// even when later attempts failed without reaching the upstream.
 	Reason retry.Reason
+	// IdempotencyKey is the Idempotency-Key header every attempt carried,
+	// the caller's or one generated (Config.IdempotencyKeys), "" if none: the
+	// key to reconcile an unknown outcome with, or to send the call again
+	// with.
+	IdempotencyKey string
 }
 
-// Resolve sets o.Commit from the attempts: Committed if the last one was
-// answered, else Unknown if any may have been processed (an ambiguous
-// failure, or an answer that was retried), else NotCommitted.
+// Resolve sets o.Commit from the attempts of a call that ended without an
+// answer: Unknown if any may have been processed (an ambiguous failure, or
+// an answer that was retried), else NotCommitted; and Committed if the last
+// attempt was answered.
 func (o *Outcome) Resolve() {
 	o.Commit = NotCommitted
 	if n := len(o.Attempts); n > 0 && o.Attempts[n-1].Category == classify.Answered {
@@ -134,6 +148,19 @@ func (e *Error) Error() string {
 
 // Unwrap returns the last attempt's error, or the context's.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Timeout reports whether the call ended because time ran out — its
+// deadline, a per-attempt timeout, or a network timeout — as net/http
+// reports it: e is then a net.Error whose Timeout is true, os.IsTimeout(e)
+// holds, and errors.Is(e, context.DeadlineExceeded) holds for a deadline or
+// a per-attempt timeout.
+func (e *Error) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.Err, &t) && t.Timeout()
+}
+
+// Temporary is Timeout, for the net.Error interface.
+func (e *Error) Temporary() bool { return e.Timeout() }
 
 // Is matches the sentinel of the commit status.
 func (e *Error) Is(target error) bool {

@@ -8,26 +8,34 @@
 //
 //  1. An answer that is not a retryable status ends the call (a success, or an
 //     answer to hand back).
-//  2. A local rejection ends the call: the guards said no, and asking again at
-//     once would only spin.
-//  3. A body that cannot be produced again — a one-shot body already read — is
+//  2. A local rejection ends the call: the guards said no, or the request is
+//     invalid, and asking again at once would only spin.
+//  3. A failure that would recur on every attempt (a TLS handshake refused
+//     for its certificate or protocol) ends the call.
+//  4. A body that cannot be produced again — a one-shot body already read — is
 //     never re-sent, whatever else holds. The library never buffers a
 //     streaming body to make it replayable.
-//  4. Proof that the upstream did not process the attempt (NotSent) allows a
+//  5. Proof that the upstream did not process the attempt (NotSent) allows a
 //     retry for any method, even POST: a request that was not processed has
 //     not failed (RFC 9113 §8.7).
-//  5. Otherwise (Ambiguous, or a retryable status) only an idempotent request
+//  6. Otherwise (Ambiguous, or a retryable status) only an idempotent request
 //     is re-sent: an RFC 9110 idempotent method, or one carrying an
 //     Idempotency-Key header. A non-idempotent request is never re-sent after
 //     the upstream answered, whatever the status, nor after an ambiguous
 //     failure.
-//  6. Attempts are bounded.
-//  7. A Retry-After is honoured only if the wait fits before the deadline;
+//  7. A failure that came from the connection's life (a graceful GOAWAY, the
+//     keep-alive race: see classify.Lifecycle) is retried at once and
+//     transparently — no attempt counted, no budget spent — once per
+//     attempt, if the deadline has not passed. A second one in a row follows
+//     the rules below, so a server that fails every new connection cannot
+//     make a loop.
+//  8. Attempts are bounded.
+//  9. A Retry-After is honoured only if the wait fits before the deadline;
 //     otherwise the answer is returned at once instead of waiting in vain.
 //     One the client caps (longer than MaxRetryAfter) is declined the same
 //     way: retrying earlier than the server asked would disobey it.
-//  8. The backoff must fit before the deadline, too.
-//  9. The retry budget must allow it (see Budget), so that a dead upstream
+//  10. The backoff must fit before the deadline, too.
+//  11. The retry budget must allow it (see Budget), so that a dead upstream
 //     does not receive a storm of retries.
 package retry
 
@@ -50,8 +58,10 @@ type Input struct {
 	// http.NoBody, a GetBody, or a one-shot body that was never read.
 	BodyReplayable bool
 
-	// Category of the attempt; Status and RetryAfter for an answer.
+	// Category and Evidence of the attempt; Status and RetryAfter for an
+	// answer.
 	Category classify.Category
+	Evidence classify.Evidence
 	Status   int
 	// RetryableStatus reports whether Status is one that may be retried.
 	RetryableStatus bool
@@ -74,6 +84,11 @@ type Input struct {
 
 	// BudgetAllows reports whether the retry budget allows a retry.
 	BudgetAllows bool
+
+	// Lifecycle reports that the attempt failed because of its
+	// connection's life (classify.Error.Lifecycle); TransparentUsed, that
+	// the attempt was itself a transparent retry.
+	Lifecycle, TransparentUsed bool
 }
 
 // Reason says why a decision was made.
@@ -92,6 +107,12 @@ const (
 	BudgetExhausted                            // the retry budget is spent
 	ContextDone                                // the call's context ended while it waited to retry
 	BodyUnavailable                            // GetBody failed: the body of the next attempt could not be made
+	Transparent                                // retried at once, not counted: the connection's life ended the attempt
+	InvalidRequest                             // the request is invalid: it cannot be sent
+	WouldRecur                                 // the failure would recur on every attempt (a TLS handshake refused)
+	DeadlineExceeded                           // the call's deadline expired during an attempt
+	Cancelled                                  // the caller cancelled the call during an attempt
+	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
 )
 
 var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", LocalRejection: "rejected locally",
@@ -99,7 +120,10 @@ var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", Loca
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
 	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
 	BudgetExhausted: "retry budget exhausted", ContextDone: "context done while waiting to retry",
-	BodyUnavailable: "GetBody failed"}
+	BodyUnavailable: "GetBody failed", Transparent: "transparent retry (the connection's life, not the upstream)",
+	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
+	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
+	AnswerTooLarge: "answer too large to keep while retrying"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {
@@ -133,13 +157,25 @@ func Decide(in Input) Decision {
 			return no(Answered)
 		}
 	case classify.LocalRejection:
+		if in.Evidence == classify.EvidenceInvalidRequest {
+			return no(InvalidRequest)
+		}
 		return no(LocalRejection)
+	}
+	if in.Evidence == classify.EvidenceTLSRefused {
+		return no(WouldRecur)
 	}
 	if !in.BodyReplayable {
 		return no(OneShotBody)
 	}
 	if in.Category != classify.NotSent && !Idempotent(in.Method) && !in.IdempotencyKey {
 		return no(NotIdempotent)
+	}
+	if in.Lifecycle && !in.TransparentUsed && in.Category != classify.Answered {
+		if in.HasDeadline && in.Remaining <= 0 {
+			return no(DeadlineTooClose)
+		}
+		return Decision{Retry: true, Reason: Transparent}
 	}
 	if in.Attempts >= in.MaxAttempts {
 		return no(AttemptsExhausted)

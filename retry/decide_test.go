@@ -179,3 +179,49 @@ func TestDecisionForEveryCombination(t *testing.T) {
 		t.Fatalf("covered %d combinations", n)
 	}
 }
+
+// A failure from the connection's life is retried at once, costing neither an
+// attempt nor budget — once: the attempt after it follows the normal rules.
+// It never overrides the safety rules.
+func TestALifecycleFailureIsRetriedTransparentlyOncePerAttempt(t *testing.T) {
+	in := base()
+	in.Lifecycle, in.Attempts, in.MaxAttempts, in.BudgetAllows = true, 1, 1, false
+	if d := retry.Decide(in); !d.Retry || d.Reason != retry.Transparent || d.Wait != 0 {
+		t.Fatalf("lifecycle failure, no attempts or budget left: %+v, want a transparent retry", d)
+	}
+	in.TransparentUsed = true
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.AttemptsExhausted {
+		t.Fatalf("the transparent retry failed the same way: %+v, want the normal rules", d)
+	}
+	in = base()
+	in.Lifecycle, in.Method, in.Category = true, http.MethodPost, classify.Ambiguous // the keep-alive race, bytes written
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.NotIdempotent {
+		t.Fatalf("a POST that may have arrived: %+v, want no retry", d)
+	}
+	in = base()
+	in.Lifecycle, in.BodyReplayable = true, false
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.OneShotBody {
+		t.Fatalf("a one-shot body already sent: %+v, want no retry", d)
+	}
+	in = base()
+	in.Lifecycle, in.Remaining = true, 0
+	if d := retry.Decide(in); d.Retry {
+		t.Fatalf("no time left: %+v, want no retry", d)
+	}
+}
+
+func TestAnInvalidRequestIsNeverRetried(t *testing.T) {
+	in := base()
+	in.Category, in.Evidence = classify.LocalRejection, classify.EvidenceInvalidRequest
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.InvalidRequest {
+		t.Fatalf("%+v", d)
+	}
+}
+
+func TestARefusedTLSHandshakeIsNeverRetried(t *testing.T) {
+	in := base()
+	in.Category, in.Evidence = classify.NotSent, classify.EvidenceTLSRefused
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.WouldRecur {
+		t.Fatalf("%+v", d)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/retry"
 )
 
@@ -68,17 +69,20 @@ func FuzzParseRetryAfter(f *testing.F) {
 }
 
 func FuzzDecide(f *testing.F) {
-	f.Add("GET", false, true, uint8(2), true, true, int64(time.Second), false, 1, 3, int64(100e6), true, int64(2e9), true)
-	f.Add("POST", true, false, uint8(3), false, false, int64(0), true, 3, 3, int64(-5), false, int64(0), false)
+	f.Add("GET", false, true, uint8(2), true, true, int64(time.Second), false, 1, 3, int64(100e6), true, int64(2e9), true, false, false, uint8(0))
+	f.Add("POST", true, false, uint8(3), false, false, int64(0), true, 3, 3, int64(-5), false, int64(0), false, true, false, uint8(5))
+	f.Add("GET", false, true, uint8(3), false, false, int64(0), false, 3, 3, int64(0), true, int64(5e8), false, true, false, uint8(16))
 	f.Fuzz(func(t *testing.T, method string, key, replayable bool, cat uint8, retryable, hasRA bool, ra int64, capped bool,
-		attempts, maxAttempts int, backoff int64, hasDeadline bool, remaining int64, budget bool) {
+		attempts, maxAttempts int, backoff int64, hasDeadline bool, remaining int64, budget bool,
+		lifecycle, transparentUsed bool, ev uint8) {
 		in := retry.Input{Method: method, IdempotencyKey: key, BodyReplayable: replayable,
-			Category: classifyCategory(cat), RetryableStatus: retryable, HasRetryAfter: hasRA,
+			Category: classifyCategory(cat), Evidence: classify.Evidence(ev % 20), RetryableStatus: retryable, HasRetryAfter: hasRA,
 			RetryAfter: time.Duration(ra), RetryAfterCapped: capped, Attempts: attempts, MaxAttempts: maxAttempts,
-			Backoff: time.Duration(backoff), HasDeadline: hasDeadline, Remaining: time.Duration(remaining), BudgetAllows: budget}
+			Backoff: time.Duration(backoff), HasDeadline: hasDeadline, Remaining: time.Duration(remaining), BudgetAllows: budget,
+			Lifecycle: lifecycle, TransparentUsed: transparentUsed}
 		d := retry.Decide(in)
 		if !d.Retry {
-			if d.Wait != 0 || d.Reason == retry.Retryable || d.Reason == 0 {
+			if d.Wait != 0 || d.Reason == retry.Retryable || d.Reason == retry.Transparent || d.Reason == 0 {
 				t.Fatalf("no retry with %+v", d)
 			}
 			return
@@ -86,14 +90,26 @@ func FuzzDecide(f *testing.F) {
 		switch {
 		case !replayable:
 			t.Fatal("retried a one-shot body")
-		case in.Category == classifyCategory(1):
+		case in.Category == classify.LocalRejection:
 			t.Fatal("retried a local rejection")
-		case in.Category != classifyCategory(2) && !key && !retry.Idempotent(method):
+		case in.Evidence == classify.EvidenceTLSRefused:
+			t.Fatal("retried a refused TLS handshake")
+		case in.Category != classify.NotSent && !key && !retry.Idempotent(method):
 			t.Fatal("retried a non-idempotent request that may have been processed")
-		case attempts >= maxAttempts:
-			t.Fatal("retried past MaxAttempts")
 		case d.Wait < 0 || (hasDeadline && d.Wait >= in.Remaining):
 			t.Fatalf("wait %v with %v left", d.Wait, in.Remaining)
+		}
+		if d.Reason == retry.Transparent {
+			if !lifecycle || transparentUsed || in.Category == classify.Answered || d.Wait != 0 {
+				t.Fatalf("transparent retry of %+v", in)
+			}
+			return
+		}
+		switch {
+		case d.Reason != retry.Retryable:
+			t.Fatalf("retry with reason %v", d.Reason)
+		case attempts >= maxAttempts:
+			t.Fatal("retried past MaxAttempts")
 		case !budget:
 			t.Fatal("retried without budget")
 		}

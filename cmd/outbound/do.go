@@ -178,6 +178,9 @@ func newRequest(method, url, data string, headers []string) (*http.Request, erro
 // explain prints the outcome like curl -v prints an exchange, with verdicts.
 func explain(w io.Writer, out *outcome.Outcome) {
 	fmt.Fprintf(w, "outcome: %s after %d attempt(s); ended: %s\n", out.Commit, len(out.Attempts), out.Reason)
+	if out.IdempotencyKey != "" {
+		fmt.Fprintf(w, "idempotency key: %s\n", out.IdempotencyKey)
+	}
 	for i, a := range out.Attempts {
 		line := fmt.Sprintf("  attempt %d: %s at %s (%s)", i+1, a.Category, a.Stage, a.Evidence)
 		if a.Status != 0 {

@@ -121,6 +121,15 @@ func TestDoResetAfterProcessingIsUnknown(t *testing.T) {
 	}
 }
 
+func TestDoPrintsTheIdempotencyKeyItGenerated(t *testing.T) {
+	s := outboundtest.NewServer(outboundtest.HTTP1)
+	defer s.Close()
+	code, _, errOut := runCLI("do", "--idempotency-key", "-d", "x", s.URL+"/orders")
+	if code != exitOK || !strings.Contains(errOut, "idempotency key: \"") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+}
+
 func TestCommandsHelpVersionAndUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
