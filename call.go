@@ -142,7 +142,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		start := clock.Now()
 		resp, err := c.t.attempts.AttemptOn(actx, c.route, c.req,
-			attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore})
+			attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable})
 		a := record(resp, err, time.Duration(clock.Now()-start))
 		if a.Category == classify.Ambiguous {
 			c.dropHeld() // this attempt may have reached the upstream: the earlier answer is no longer the call's

@@ -697,3 +697,64 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestOneShotRequestsAvoidAConnectionAboutToReachItsStreamLimit: an upstream
+// that takes a fixed number of streams per connection (nginx's
+// keepalive_requests) answers the last with a GOAWAY, and every stream opened
+// meanwhile is proven unprocessed — but a one-shot body already read cannot
+// go out again. Once outbound has seen such a GOAWAY, it keeps one-shot
+// requests off connections near the limit. A bare net/http client, side by
+// side, loses one-shot calls at every GOAWAY.
+func TestOneShotRequestsAvoidAConnectionAboutToReachItsStreamLimit(t *testing.T) {
+	for _, p := range []outboundtest.Proto{outboundtest.H2C, outboundtest.H2TLS} {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			s.SetRequestsPerConn(10)
+			c := newClient(t, s, outbound.Config{})
+			bare := &http.Client{Transport: s.Transport()}
+			defer bare.CloseIdleConnections()
+			run := func(do func(*http.Request) error, prefix string, oneShots bool) (lost int) {
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for w := range 8 {
+					wg.Go(func() {
+						for i := range 40 {
+							k := noBody
+							if oneShots && i%2 == 1 {
+								k = oneShot
+							}
+							if err := do(newRequest(t, context.Background(), s, k, fmt.Sprint(prefix, w, "-", i))); err != nil && k == oneShot {
+								mu.Lock()
+								lost++
+								mu.Unlock()
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return lost
+			}
+			viaOutbound := func(req *http.Request) error {
+				_, _, err := do(t, c, req)
+				return err
+			}
+			viaNetHTTP := func(req *http.Request) error {
+				resp, err := bare.Do(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				return err
+			}
+			run(viaOutbound, "warm-", false) // GETs only: outbound sees the GOAWAYs and learns the limit
+			run(viaNetHTTP, "warm-bare-", false)
+			lostOutbound := run(viaOutbound, "ob-", true)
+			lostNetHTTP := run(viaNetHTTP, "bare-", true)
+			t.Logf("one-shot calls lost of 160: outbound %d, net/http %d", lostOutbound, lostNetHTTP)
+			if lostOutbound > 3 || lostOutbound*10 > lostNetHTTP { // seen: 0 or 1, and net/http 50 or more
+
+				t.Fatalf("one-shot calls lost of 160: outbound %d, net/http %d", lostOutbound, lostNetHTTP)
+			}
+		})
+	}
+}

@@ -31,6 +31,13 @@ type pool struct {
 	h2      bool          // the upstream answered over HTTP/2: share one connection
 	dialing chan struct{} // closed when the HTTP/2 dial in progress ends
 	closed  bool
+
+	// streamLimits are the numbers of streams the upstream accepted on
+	// its last HTTP/2 connections that ended with a GOAWAY leaving
+	// streams of ours above its last id (see streamLimit); next is where
+	// the next one goes. Guarded by mu.
+	streamLimits [4]int32
+	nextLimit    int
 }
 
 type conn struct {
@@ -38,10 +45,15 @@ type conn struct {
 	cc      *http.ClientConn
 	raw     *countingConn // nil for a *tls.Conn from DialTLSContext
 	born    time.Time     // when it was dialed
-	used    atomic.Bool   // has carried a request: a failure with nothing written may be the keep-alive race
+	streams atomic.Int32  // requests it carried: more than one, and a failure with nothing written may be the keep-alive race
 	http1   atomic.Bool   // has answered over HTTP/1
-	retired atomic.Bool   // out of the pool; closed when nothing is in flight
-	inReady bool          // on p.ready; guarded by p.mu
+
+	// answered counts the requests on it that got an answer, above those
+	// that failed for being above a GOAWAY's last-stream-id: what the
+	// upstream accepted on it, and what it refused.
+	answered, above atomic.Int32
+	retired         atomic.Bool // out of the pool; closed when nothing is in flight
+	inReady         bool        // on p.ready; guarded by p.mu
 
 	// idleSince is when the connection last had nothing in flight
 	// (clock.Now). The idle timer, armed the first time, compares it with
@@ -56,14 +68,22 @@ type conn struct {
 }
 
 // get returns a connection with a reserved request slot, dialing one if
-// none has room. With a non-zero notBefore, connections opened before it are
-// not used. The stage of a failure is DNS, dial or TLS.
-func (p *pool) get(ctx context.Context, notBefore time.Time) (*conn, error) {
+// none has room, and the number of the request among those the connection
+// carried (1 for its first). With a non-zero notBefore, connections opened before it are
+// not used. With oneShot (the request cannot be sent again once its body is
+// read), an HTTP/2 connection close to the number of streams the upstream
+// accepts per connection is not used either (see streamLimit). The stage of
+// a failure is DNS, dial or TLS.
+func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*conn, int32, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, errPoolClosed
+			return nil, 0, errPoolClosed
+		}
+		maxStreams := int32(0)
+		if oneShot && p.h2 {
+			maxStreams = p.streamLimit()
 		}
 		// The most recently freed connection first (its TCP and TLS state
 		// is warm). Busy connections are never asked, so an attempt does
@@ -74,20 +94,24 @@ func (p *pool) get(ctx context.Context, notBefore time.Time) (*conn, error) {
 		// An HTTP/1 connection carries one request at a time: it leaves the
 		// ready stack with this attempt. An HTTP/2 one stays for the next
 		// attempts while it has room for more streams.
-		if i := p.readyIndex(notBefore); i >= 0 {
+		if i := p.readyIndex(notBefore, maxStreams); i >= 0 {
 			c, h2 := p.ready[i], p.h2
 			if !h2 {
 				p.ready = slices.Delete(p.ready, i, i+1)
 				c.inReady = false
 			}
 			p.mu.Unlock()
+			seq, ok := c.take(maxStreams)
+			if !ok {
+				continue // others took it to the limit meanwhile
+			}
 			if c.cc.Reserve() == nil {
 				if h2 && c.cc.Available() == 0 {
 					p.dropReady(c)
 				} else if !h2 && c.cc.Available() > 0 {
 					p.putReady(c) // HTTP/2 before the pool learnt it
 				}
-				return c, nil
+				return c, seq, nil
 			}
 			if h2 {
 				p.dropReady(c) // stale: filled up or died since; the hook brings it back
@@ -101,7 +125,7 @@ func (p *pool) get(ctx context.Context, notBefore time.Time) (*conn, error) {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return nil, &dialError{stage: classify.StageDial, err: ctx.Err()}
+				return nil, 0, &dialError{stage: classify.StageDial, err: ctx.Err()}
 			}
 		}
 		var done chan struct{}
@@ -117,19 +141,68 @@ func (p *pool) get(ctx context.Context, notBefore time.Time) (*conn, error) {
 			p.mu.Unlock()
 			close(done)
 		}
-		return c, err
+		return c, 1, err
+	}
+}
+
+// take counts one more request on c and returns its number, unless c has
+// already carried maxStreams (if not zero). The count is taken when the
+// request's slot is, so that requests racing for the last streams below a
+// limit cannot all see room.
+func (c *conn) take(maxStreams int32) (int32, bool) {
+	for {
+		n := c.streams.Load()
+		if maxStreams > 0 && n >= maxStreams {
+			return 0, false
+		}
+		if c.streams.CompareAndSwap(n, n+1) {
+			return n + 1, true
+		}
 	}
 }
 
 // readyIndex returns the index in p.ready of the connection to try, the most
-// recently freed one opened at or after notBefore, or -1; p.mu must be held.
-func (p *pool) readyIndex(notBefore time.Time) int {
+// recently freed one opened at or after notBefore and, if maxStreams is not
+// zero, that has carried fewer than maxStreams requests; or -1. p.mu must be
+// held.
+func (p *pool) readyIndex(notBefore time.Time, maxStreams int32) int {
 	for i := len(p.ready) - 1; i >= 0; i-- {
-		if notBefore.IsZero() || !p.ready[i].born.Before(notBefore) {
+		c := p.ready[i]
+		if (notBefore.IsZero() || !c.born.Before(notBefore)) && (maxStreams == 0 || c.streams.Load() < maxStreams) {
 			return i
 		}
 	}
 	return -1
+}
+
+// streamLimit returns how many requests a one-shot request may find already
+// sent on an HTTP/2 connection, or 0 for no limit. p.mu must be held.
+//
+// A server that accepts a fixed number of streams per connection (nginx's
+// keepalive_requests, 1000 by default) sends a GOAWAY after the last, and the
+// streams a client opened meanwhile fail above its last id: proven not
+// processed, but a one-shot body already read cannot go out again. The pool
+// learns the number from those GOAWAYs — the answers a connection got before
+// it, the largest of the last four, since a reload can end a connection
+// early — and keeps one-shot requests off connections within an eighth of it
+// (at least 3 streams) of the limit: they go to a new connection instead.
+// Other requests, which a GOAWAY costs only a transparent retry, keep using
+// the connection, and so keep the number up to date.
+func (p *pool) streamLimit() int32 {
+	limit := slices.Max(p.streamLimits[:])
+	if limit == 0 {
+		return 0
+	}
+	return max(limit-max(limit/8, 3), 1)
+}
+
+// learnStreamLimit records that the upstream accepted n streams on a
+// connection before a GOAWAY; p.mu must be held.
+func (p *pool) learnStreamLimit(n int32) {
+	if n > 0 {
+		p.streamLimits[p.nextLimit] = n
+		p.nextLimit = (p.nextLimit + 1) % len(p.streamLimits)
+	}
 }
 
 var errPoolClosed = errors.New("outbound: transport closed")
@@ -170,6 +243,7 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 		return nil, &dialError{stage: classify.StageTLS, err: err}
 	}
 	c := &conn{p: p, cc: cc, raw: note.conn, born: time.Now()}
+	c.streams.Store(1) // the request it was dialed for
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -292,6 +366,10 @@ func (c *conn) stopIdle() {
 // closed when the state hook reports its last stream done.
 func (p *pool) retire(c *conn) {
 	p.mu.Lock()
+	if c.above.Load() > 0 { // it ended with a GOAWAY that left streams of ours above its last id
+		p.learnStreamLimit(c.answered.Load())
+		c.above.Store(0)
+	}
 	// slices.Delete clears the vacated slot: a retired connection must not
 	// stay reachable from the pool's slices.
 	if i := slices.Index(p.conns, c); i >= 0 {

@@ -392,6 +392,12 @@ type Options struct {
 	// opened before it: a retry after a connection's failure does not meet
 	// a connection as old as the one that failed.
 	NotBefore time.Time
+
+	// OneShot says that the request cannot be sent again once its body is
+	// read: it is kept off HTTP/2 connections that are about to reach the
+	// number of streams the upstream accepts per connection, whose GOAWAY
+	// would leave it proven unprocessed but impossible to resend.
+	OneShot bool
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context
@@ -413,7 +419,7 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
-	c, err := p.get(ctx, o.NotBefore)
+	c, seq, err := p.get(ctx, o.NotBefore, o.OneShot)
 	if err != nil {
 		stage := classify.StageDial
 		var de *dialError
@@ -446,7 +452,7 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		wrote = new(wroteFlag)
 		areq = areq.WithContext(httptrace.WithClientTrace(areq.Context(), &httptrace.ClientTrace{WroteHeaders: wrote.set}))
 	}
-	reused := c.used.Swap(true)
+	reused := seq > 1
 	resp, err := c.cc.RoundTrip(areq)
 	if err != nil {
 		var written int64
@@ -459,6 +465,9 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			Cancelled: ctx.Err() != nil, Reused: reused, HTTP1: c.http1.Load()}
 		cat, ev := classify.Failure(facts)
 		lifecycle := classify.Lifecycle(facts, ev)
+		if ev == classify.EvidenceGoAwayAbove {
+			c.above.Add(1)
+		}
 		if callerCancelled(ctx) || lifecycle {
 			// Says nothing about the upstream's health: the caller gave
 			// up, or the connection's life ended it (see classify.Lifecycle).
@@ -473,6 +482,7 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			Lifecycle: lifecycle, Err: withCause(ctx, err)}
 	}
 	if resp.ProtoMajor == 2 {
+		c.answered.Add(1)
 		p.learnHTTP2()
 	} else if !c.http1.Load() {
 		c.http1.Store(true)

@@ -18,7 +18,8 @@ import (
 func (s *Server) serveHTTP1(c *conn) {
 	br := bufio.NewReader(c.nc)
 	bw := bufio.NewWriter(c.nc)
-	for {
+	limit := s.requestsPerConn()
+	for served := 1; ; served++ {
 		// Wait for the first byte of the next request: a fault is taken
 		// only by a request that is arriving, never by an idle connection.
 		if _, err := br.Peek(1); err != nil {
@@ -41,6 +42,9 @@ func (s *Server) serveHTTP1(c *conn) {
 			return
 		}
 		e := s.receive(c, 0, req.Header.Get(IDHeader), req.Method, req.URL.Path, f)
+		if served == limit {
+			req.Close = true // the last request of the connection: answered with Connection: close
+		}
 		if !s.serveRequest1(c, br, bw, req, e, f) {
 			return
 		}

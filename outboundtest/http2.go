@@ -70,6 +70,9 @@ type h2conn struct {
 	initWin  int64  // initial send window of a stream (client's SETTINGS)
 	maxFrame int    // largest frame payload the client accepts
 	goaway   *goawayGroup
+	perConn  int    // SetRequestsPerConn when the connection was accepted
+	served   int    // streams taken, to compare with perConn
+	limitID  uint32 // the last stream id of the GOAWAY sent at perConn streams, 0 before
 	isDead   bool
 	dead     chan struct{} // closed when the connection is gone
 
@@ -115,6 +118,7 @@ func (s *Server) serveHTTP2(c *conn, rw net.Conn) {
 		maxFrame: h2DefaultFrame,
 		dead:     make(chan struct{}),
 		drained:  make(chan struct{}, 1),
+		perConn:  s.requestsPerConn(),
 	}
 	h.cond = sync.NewCond(&h.mu)
 	h.enc = hpack.NewEncoder(&h.ebuf)
@@ -296,6 +300,19 @@ func (h *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 		st.ended = true
 		close(st.reqDone)
 	}
+	if h.limitID != 0 {
+		// Above the last id of the GOAWAY sent at SetRequestsPerConn's
+		// limit: never processed.
+		h.above[st.id] = true
+		h.mu.Unlock()
+		h.s.receive(h.c, st.id, id, method, f.PseudoValue("path"), Fault{})
+		return true
+	}
+	h.served++
+	limitReached := h.perConn > 0 && h.served == h.perConn
+	if limitReached {
+		h.limitID, h.above = st.id, make(map[uint32]bool)
+	}
 	// Streams that arrive while a GoAway fault is collecting are its own;
 	// they take nothing from the queue.
 	g := h.goaway
@@ -333,6 +350,12 @@ func (h *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 		h.maxOther = max(h.maxOther, st.id)
 	}
 	h.mu.Unlock()
+	if limitReached {
+		last := st.id
+		if h.write(func(fr *http2.Framer) error { return fr.WriteGoAway(last, http2.ErrCodeNo, nil) }) != nil {
+			return false
+		}
+	}
 
 	switch {
 	case newGroup:

@@ -71,6 +71,7 @@ type Server struct {
 	conns      map[*conn]struct{}
 	nconns     int
 	def        Fault
+	perConn    int // requests a connection takes before it is closed; 0: no limit
 	queue      []Fault
 	connQueue  []Fault
 	gen        uint64 // bumped by Reset, so requests from before it are not counted
@@ -347,6 +348,25 @@ func (s *Server) Transport() *http.Transport {
 		t.ForceAttemptHTTP2 = true
 	}
 	return t
+}
+
+// SetRequestsPerConn makes every connection accepted from now on take at
+// most n requests, as nginx's keepalive_requests does; 0 (the default) means
+// no limit. On HTTP/1 the n-th answer carries "Connection: close" and the
+// connection is closed after it. On HTTP/2 the n-th stream is served as
+// usual and followed by a GOAWAY(NO_ERROR) whose last stream id is its own:
+// streams the client opens after it are received, never executed, and the
+// client closes the connection once its streams are done.
+func (s *Server) SetRequestsPerConn(n int) {
+	s.mu.Lock()
+	s.perConn = max(n, 0)
+	s.mu.Unlock()
+}
+
+func (s *Server) requestsPerConn() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perConn
 }
 
 // SetDefault sets the fault that requests get when no queued fault is
