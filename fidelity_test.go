@@ -26,6 +26,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -35,27 +36,6 @@ import (
 // a connection's life are transparent, faults of the client are never the
 // upstream's, the commit status never lies, and timeouts and the
 // http.Transport's settings behave as net/http's do.
-
-// counter counts admission events by their text.
-type counter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *counter) on(e admission.Event) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[e.String()]++
-}
-
-func (c *counter) get(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[name]
-}
 
 func breakerOf(t *testing.T, c *outbound.Client, s *outboundtest.Server) circuit.Metrics {
 	t.Helper()
@@ -68,8 +48,8 @@ func TestAStreamAboveAGracefulGoAwayIsRetriedTransparently(t *testing.T) {
 		for _, k := range []bodyKind{noBody, replayable} {
 			t.Run(fmt.Sprintf("%v/%v", p, k), func(t *testing.T) {
 				s := newServer(t, p)
-				var ev counter
-				c := newClient(t, s, outbound.Config{MaxAttempts: 1, Admission: admission.Config{OnEvent: ev.on}})
+				var ev testkit.Events
+				c := newClient(t, s, outbound.Config{MaxAttempts: 1, Admission: admission.Config{OnEvent: ev.On}})
 				s.Enqueue(outboundtest.GoAway(1, 0, false))
 				out, status, err := do(t, c, newRequest(t, context.Background(), s, k, "x"))
 				if err != nil || status != 200 || len(out.Attempts) != 2 {
@@ -82,7 +62,7 @@ func TestAStreamAboveAGracefulGoAwayIsRetriedTransparently(t *testing.T) {
 				if tokens := c.Transport().Budget(out.Upstream).Tokens(); tokens != 10 {
 					t.Fatalf("the transparent retry spent budget: %v tokens left", tokens)
 				}
-				if n := ev.get("circuit-exit(failure)"); n != 0 || s.Executions("x") != 1 {
+				if n := ev.Count("circuit-exit(failure)"); n != 0 || s.Executions("x") != 1 {
 					t.Fatalf("%d breaker failures, %d executions", n, s.Executions("x"))
 				}
 			})
@@ -98,8 +78,8 @@ func TestTheKeepAliveRaceIsATransparentRetryOnlyWhereSafe(t *testing.T) {
 	for _, k := range []bodyKind{noBody, replayable} {
 		t.Run(k.String(), func(t *testing.T) {
 			s := newServer(t, outboundtest.HTTP1)
-			var ev counter
-			c := newClient(t, s, outbound.Config{MaxAttempts: 1, Admission: admission.Config{OnEvent: ev.on}})
+			var ev testkit.Events
+			c := newClient(t, s, outbound.Config{MaxAttempts: 1, Admission: admission.Config{OnEvent: ev.On}})
 			if _, _, err := do(t, c, newRequest(t, context.Background(), s, noBody, "warm")); err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +96,7 @@ func TestTheKeepAliveRaceIsATransparentRetryOnlyWhereSafe(t *testing.T) {
 			} else if !errors.Is(err, outcome.ErrUnknown) || out.Reason != retry.NotIdempotent || len(out.Attempts) != 1 {
 				t.Fatalf("POST: err %v: %v", err, out)
 			}
-			if n := ev.get("circuit-exit(failure)"); n != 0 {
+			if n := ev.Count("circuit-exit(failure)"); n != 0 {
 				t.Fatalf("%d breaker failures", n)
 			}
 		})
@@ -154,8 +134,8 @@ func TestOverloadSignalsAreRetriedUnderTheNormalRules(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newServer(t, outboundtest.H2C)
 			s.SetDefault(f)
-			var ev counter
-			c := newClient(t, s, outbound.Config{MaxAttempts: 3, Admission: admission.Config{OnEvent: ev.on}})
+			var ev testkit.Events
+			c := newClient(t, s, outbound.Config{MaxAttempts: 3, Admission: admission.Config{OnEvent: ev.On}})
 			out, _, err := do(t, c, newRequest(t, context.Background(), s, noBody, "x"))
 			if !errors.Is(err, outcome.ErrNotCommitted) || len(out.Attempts) != 3 {
 				t.Fatalf("err %v: %v", err, out)
@@ -168,7 +148,7 @@ func TestOverloadSignalsAreRetriedUnderTheNormalRules(t *testing.T) {
 			if tokens := c.Transport().Budget(out.Upstream).Tokens(); tokens != 7 {
 				t.Fatalf("budget: %v tokens left, want 7", tokens)
 			}
-			if n := ev.get("circuit-exit(failure)"); n != 3 {
+			if n := ev.Count("circuit-exit(failure)"); n != 3 {
 				t.Fatalf("%d breaker failures, want 3", n)
 			}
 		})
@@ -187,8 +167,8 @@ func TestAnInvalidRequestIsRefusedLocallyAndNeverBlamesTheUpstream(t *testing.T)
 		for name, spoil := range invalid {
 			t.Run(fmt.Sprintf("%v/%s", p, name), func(t *testing.T) {
 				s := newServer(t, p)
-				var ev counter
-				c := newClient(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.on,
+				var ev testkit.Events
+				c := newClient(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.On,
 					Circuit: circuit.Config{MinimumCalls: 2, WindowSize: 2}}})
 				for range 8 {
 					req := newRequest(t, context.Background(), s, noBody, "bad")
@@ -204,8 +184,8 @@ func TestAnInvalidRequestIsRefusedLocallyAndNeverBlamesTheUpstream(t *testing.T)
 						t.Fatalf("the error shows a header value: %v", err)
 					}
 				}
-				if m := breakerOf(t, c, s); m.State != circuit.Closed || m.Failed != 0 || ev.get("circuit-enter") != 0 {
-					t.Fatalf("breaker %+v, %d admissions", m, ev.get("circuit-enter"))
+				if m := breakerOf(t, c, s); m.State != circuit.Closed || m.Failed != 0 || ev.Count("circuit-enter") != 0 {
+					t.Fatalf("breaker %+v, %d admissions", m, ev.Count("circuit-enter"))
 				}
 				if s.Received("bad") != 0 {
 					t.Fatalf("the upstream received %d invalid requests", s.Received("bad"))
@@ -223,8 +203,8 @@ func TestClosingABodyDuringAReadIsNeverAnUpstreamFailure(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			s := newServer(t, p)
 			s.SetDefault(outboundtest.EndlessBody())
-			var ev counter
-			c := newClient(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.on}})
+			var ev testkit.Events
+			c := newClient(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.On}})
 			for range 100 {
 				resp, _, err := c.Do(newRequest(t, context.Background(), s, noBody, "x"))
 				if err != nil {
@@ -246,7 +226,7 @@ func TestClosingABodyDuringAReadIsNeverAnUpstreamFailure(t *testing.T) {
 				resp.Body.Close()
 				<-done
 			}
-			if n, m := ev.get("circuit-exit(failure)"), breakerOf(t, c, s); n != 0 || m.Failed != 0 || m.State != circuit.Closed {
+			if n, m := ev.Count("circuit-exit(failure)"), breakerOf(t, c, s); n != 0 || m.Failed != 0 || m.State != circuit.Closed {
 				t.Fatalf("%d breaker failures, breaker %+v", n, m)
 			}
 		})
@@ -255,8 +235,8 @@ func TestClosingABodyDuringAReadIsNeverAnUpstreamFailure(t *testing.T) {
 
 func TestAnUntrustedCertificateIsNotRetried(t *testing.T) {
 	s := newServer(t, outboundtest.H2TLS)
-	var ev counter
-	c, err := outbound.NewClient(outbound.Config{Admission: admission.Config{OnEvent: ev.on},
+	var ev testkit.Events
+	c, err := outbound.NewClient(outbound.Config{Admission: admission.Config{OnEvent: ev.On},
 		Backoff: retry.Backoff{Initial: 1, Max: 1, Jitter: -1}}) // the system's roots: the server's CA is unknown
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +255,7 @@ func TestAnUntrustedCertificateIsNotRetried(t *testing.T) {
 	if tokens := c.Transport().Budget("https://" + strings.TrimPrefix(s.URL, "https://")).Tokens(); tokens != 10 {
 		t.Fatalf("budget: %v tokens left", tokens)
 	}
-	if n := ev.get("circuit-exit(failure)"); n != 0 {
+	if n := ev.Count("circuit-exit(failure)"); n != 0 {
 		t.Fatalf("%d breaker failures", n)
 	}
 }

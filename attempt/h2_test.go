@@ -287,7 +287,8 @@ func largePost(t *testing.T, s *outboundtest.Server, id string, oneShot bool) *h
 // purpose, the interleaving that the draining upstream avoids: a server that
 // closes right after its GOAWAY (WithAbruptClose), and a client whose body
 // write fails before it has read the GOAWAY. The client's reads are held back
-// until its write has failed, so the interleaving is certain. The client then
+// until its write has failed and net/http has closed the connection, so the
+// interleaving is certain. The client then
 // has no evidence but the broken write, and the stream must be Ambiguous at
 // write-body, never NotSent: nothing proves that the upstream did not process
 // it.
@@ -339,9 +340,12 @@ func TestABodyWriteThatBreaksBeforeTheGoAwayIsReadIsAmbiguous(t *testing.T) {
 					break
 				}
 			}
-			<-hc.writeFailed
-			hc.release()
+			// The reads stay held until net/http, after the failed write,
+			// closes the connection itself: releasing them earlier would let
+			// the read loop deliver the GOAWAY while the write error is
+			// still on its way to the stream.
 			o := <-done
+			<-hc.writeFailed
 			if o.category != classify.Ambiguous || o.stage != classify.StageWriteBody || o.evidence != classify.EvidenceBytesWritten {
 				t.Fatalf("got %v at %v (%v): %v", o.category, o.stage, o.evidence, o.err)
 			}

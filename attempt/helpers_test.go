@@ -5,10 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
 
-	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/testkit"
@@ -80,23 +78,4 @@ func fromError(err error) outcome {
 	return outcome{stage: ce.Stage, category: ce.Category, evidence: ce.Evidence, err: err}
 }
 
-// events counts admission events by their string.
-type events struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (e *events) on(ev admission.Event) {
-	e.mu.Lock()
-	if e.n == nil {
-		e.n = map[string]int{}
-	}
-	e.n[ev.String()]++
-	e.mu.Unlock()
-}
-
-func (e *events) count(name string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[name]
-}
+type events = testkit.Events

@@ -43,7 +43,7 @@ func TestUpstreamReceivesExactlyTheAttemptsTheGuardsAdmitted(t *testing.T) {
 				ev := &events{}
 				tr := newTransport(t, s, attemptConfigWithEvents(ev))
 				received := sendAfterWarmUp(t, s, tr, tc.kind, tc.fault, "ours")
-				admitted := ev.count("circuit-enter") - 1 // minus the warm-up
+				admitted := ev.Count("circuit-enter") - 1 // minus the warm-up
 				if received != 1 || admitted != 1 {
 					t.Fatalf("upstream received %d, guards admitted %d; want 1 and 1", received, admitted)
 				}
@@ -54,7 +54,7 @@ func TestUpstreamReceivesExactlyTheAttemptsTheGuardsAdmitted(t *testing.T) {
 
 func attemptConfigWithEvents(ev *events) attempt.Config {
 	var cfg attempt.Config
-	cfg.Admission.OnEvent = ev.on
+	cfg.Admission.OnEvent = ev.On
 	return cfg
 }
 

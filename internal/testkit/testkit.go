@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/outboundtest"
 )
 
@@ -66,4 +68,28 @@ func NewRequest(t testing.TB, ctx context.Context, s *outboundtest.Server, k Bod
 	}
 	req.Header.Set(outboundtest.IDHeader, id)
 	return req
+}
+
+// Events counts admission events by their text ("circuit-exit(failure)").
+// Its On method is an admission.Config.OnEvent.
+type Events struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// On counts e.
+func (e *Events) On(ev admission.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[ev.String()]++
+}
+
+// Count returns how many events named name were counted.
+func (e *Events) Count(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[name]
 }
