@@ -86,7 +86,7 @@ func newCall(t *Transport, req *http.Request) *call {
 	oa := &outcomeAndAttempt{Outcome: outcome.Outcome{Upstream: key, Method: req.Method}}
 	oa.Attempts = oa.first[:0]
 	c.out = &oa.Outcome
-	c.budget = t.Budget(key)
+	c.budget = t.budget(key)
 	c.idempotent = retry.Idempotent(req.Method)
 	c.out.IdempotencyKey = req.Header.Get("Idempotency-Key")
 	c.hasKey = c.out.IdempotencyKey != ""

@@ -37,10 +37,34 @@ import (
 // upstream's, the commit status never lies, and timeouts and the
 // http.Transport's settings behave as net/http's do.
 
+// budgetOf returns the retry budget kept for key.
+func budgetOf(t *testing.T, c *outbound.Client, key string) *retry.Budget {
+	t.Helper()
+	b, ok := c.Transport().Budget(key)
+	if !ok {
+		t.Fatalf("no retry budget kept for %s", key)
+	}
+	return b
+}
+
+// breakerPipeline returns the admission pipeline kept for s's upstream.
+func breakerPipeline(t *testing.T, c *outbound.Client, s *outboundtest.Server) *admission.Pipeline {
+	t.Helper()
+	p, ok := c.Transport().Attempts().Pipeline(s.URL)
+	if !ok {
+		t.Fatalf("no pipeline kept for %s", s.URL)
+	}
+	return p
+}
+
 func breakerOf(t *testing.T, c *outbound.Client, s *outboundtest.Server) circuit.Metrics {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
-	return c.Transport().Attempts().Pipeline(c.Transport().Attempts().UpstreamKey(req)).Breaker().Metrics()
+	p, ok := c.Transport().Attempts().Pipeline(c.Transport().Attempts().UpstreamKey(req))
+	if !ok {
+		t.Fatalf("no pipeline kept for %s", s.URL)
+	}
+	return p.Breaker().Metrics()
 }
 
 func TestAStreamAboveAGracefulGoAwayIsRetriedTransparently(t *testing.T) {
@@ -59,7 +83,7 @@ func TestAStreamAboveAGracefulGoAwayIsRetriedTransparently(t *testing.T) {
 				if first.Evidence != classify.EvidenceGoAwayAbove || !first.Lifecycle || first.Decision != retry.Transparent {
 					t.Fatalf("first attempt: %+v", first)
 				}
-				if tokens := c.Transport().Budget(out.Upstream).Tokens(); tokens != 10 {
+				if tokens := budgetOf(t, c, out.Upstream).Tokens(); tokens != 10 {
 					t.Fatalf("the transparent retry spent budget: %v tokens left", tokens)
 				}
 				if n := ev.Count("circuit-exit(failure)"); n != 0 || s.Executions("x") != 1 {
@@ -145,7 +169,7 @@ func TestOverloadSignalsAreRetriedUnderTheNormalRules(t *testing.T) {
 					t.Fatalf("retried transparently: %v", out)
 				}
 			}
-			if tokens := c.Transport().Budget(out.Upstream).Tokens(); tokens != 7 {
+			if tokens := budgetOf(t, c, out.Upstream).Tokens(); tokens != 7 {
 				t.Fatalf("budget: %v tokens left, want 7", tokens)
 			}
 			if n := ev.Count("circuit-exit(failure)"); n != 3 {
@@ -252,7 +276,7 @@ func TestAnUntrustedCertificateIsNotRetried(t *testing.T) {
 			t.Fatalf("call %d: %d handshakes so far", i, s.Conns())
 		}
 	}
-	if tokens := c.Transport().Budget("https://" + strings.TrimPrefix(s.URL, "https://")).Tokens(); tokens != 10 {
+	if tokens := budgetOf(t, c, s.URL).Tokens(); tokens != 10 {
 		t.Fatalf("budget: %v tokens left", tokens)
 	}
 	if n := ev.Count("circuit-exit(failure)"); n != 0 {
@@ -283,7 +307,7 @@ func TestAttemptTimeoutReturnsTheSlotOfABodyNeverClosed(t *testing.T) {
 			if e := <-exited; e != "circuit-exit(failure)" {
 				t.Fatalf("the attempt ended with %s", e)
 			}
-			if b := c.Transport().Attempts().Pipeline(c.Transport().Attempts().UpstreamKey(resp.Request)).Bulkhead(); b.InUse() != 0 {
+			if b := breakerPipeline(t, c, s).Bulkhead(); b.InUse() != 0 {
 				t.Fatalf("bulkhead slots in use: %d", b.InUse())
 			}
 			if _, err := io.ReadAll(resp.Body); !errors.Is(err, attempt.ErrAttemptTimeout) {
@@ -646,9 +670,15 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 			req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("no body again") }
 		}
 		if r.IntN(4) == 0 { // an exhausted budget
-			b := c.Transport().Budget(c.Transport().Attempts().UpstreamKey(req))
+			// The budget exists once the upstream is known: route it first.
+			if _, err := c.Transport().Attempts().Route(req); err != nil {
+				t.Fatal(err)
+			}
+			b, ok := c.Transport().Budget(c.Transport().Attempts().UpstreamKey(req))
 			for range 10 {
-				b.OnFailure()
+				if ok {
+					b.OnFailure()
+				}
 			}
 		}
 		resp, out, err := c.Do(req)

@@ -46,6 +46,11 @@ type Hooks struct {
 	// reject, exit, refund and release per guard, and breaker transitions.
 	// It is called outside every lock, possibly concurrently.
 	Guard func(e admission.Event)
+
+	// UpstreamForgotten is called when the state of an upstream is
+	// forgotten (Config.UpstreamIdleTime, Config.MaxUpstreams), so that an
+	// observer can forget what it keeps per upstream too.
+	UpstreamForgotten func(upstream string)
 }
 
 // CallInfo describes a call.
@@ -73,6 +78,7 @@ func ComposeHooks(hs ...Hooks) Hooks {
 		out.RetryDecided = chain3(out.RetryDecided, h.RetryDecided)
 		out.BudgetExhausted = chain2(out.BudgetExhausted, h.BudgetExhausted)
 		out.CallDone = chain2(out.CallDone, h.CallDone)
+		out.UpstreamForgotten = chain1(out.UpstreamForgotten, h.UpstreamForgotten)
 		if f := h.Guard; f != nil {
 			prev := out.Guard
 			out.Guard = func(e admission.Event) {
@@ -96,6 +102,16 @@ func chainCtx[I any](prev, f func(context.Context, I) context.Context) func(cont
 		return f
 	}
 	return func(ctx context.Context, info I) context.Context { return f(prev(ctx, info), info) }
+}
+
+func chain1[A any](prev, f func(A)) func(A) {
+	switch {
+	case f == nil:
+		return prev
+	case prev == nil:
+		return f
+	}
+	return func(a A) { prev(a); f(a) }
 }
 
 func chain2[A, B any](prev, f func(A, B)) func(A, B) {

@@ -85,8 +85,21 @@ type Config struct {
 	// every attempt of a call.
 	IdempotencyKeys bool
 
-	// IdleConnTimeout closes connections idle this long. Zero means 90s.
+	// IdleConnTimeout closes connections idle this long. Zero means the
+	// Transport's IdleConnTimeout, or 90s if that is zero too.
 	IdleConnTimeout time.Duration
+
+	// UpstreamIdleTime is how long an upstream's state (breaker, rate
+	// limiter, bulkhead, retry budget, connection pool) is kept without a
+	// call before it is forgotten, if it holds nothing worth keeping: a
+	// breaker that is not CLOSED is never forgotten, nor are permits in
+	// use, tokens owed to the rate limiter or open connections. Zero means
+	// 5 minutes; negative, forever. See attempt.Config.UpstreamIdleTime.
+	UpstreamIdleTime time.Duration
+
+	// MaxUpstreams caps the upstreams whose state is kept; zero means no
+	// cap. See attempt.Config.MaxUpstreams.
+	MaxUpstreams int
 
 	// Hooks observe calls, attempts, retry decisions and the guards. See
 	// Hooks, SlogHooks and ComposeHooks; the OpenTelemetry module builds
@@ -135,8 +148,10 @@ func New(cfg Config) (*Transport, error) {
 			g(e)
 		}
 	}
+	t := &Transport{}
 	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
-		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout})
+		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
+		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget})
 	if err != nil {
 		return nil, fmt.Errorf("outbound: %w", err)
 	}
@@ -155,7 +170,7 @@ func New(cfg Config) (*Transport, error) {
 	if _, err := retry.NewBudget(cfg.Budget); err != nil {
 		return nil, fmt.Errorf("outbound: Config.Budget: %w", err)
 	}
-	t := &Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
+	*t = Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
 		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks}
 	if t.retryable == nil {
@@ -174,14 +189,36 @@ func New(cfg Config) (*Transport, error) {
 // upstreams' guards (Attempts().Pipeline(key)).
 func (t *Transport) Attempts() *attempt.Transport { return t.attempts }
 
-// Budget returns the retry budget of the upstream named key.
-func (t *Transport) Budget(key string) *retry.Budget {
+// Budget returns the retry budget of the upstream named key, and whether
+// there is one: false for a key that never had a call, or whose state was
+// forgotten. Looking does not create it.
+func (t *Transport) Budget(key string) (*retry.Budget, bool) {
+	b, ok := t.budgets.Load(key)
+	if !ok {
+		return nil, false
+	}
+	return b.(*retry.Budget), true
+}
+
+// budget returns the retry budget of the upstream named key, creating it if
+// needed.
+func (t *Transport) budget(key string) *retry.Budget {
 	if b, ok := t.budgets.Load(key); ok {
 		return b.(*retry.Budget)
 	}
 	b, _ := retry.NewBudget(t.budgetCfg) // validated in New
 	actual, _ := t.budgets.LoadOrStore(key, b)
 	return actual.(*retry.Budget)
+}
+
+// forget drops the retry budget of an upstream whose state the attempt
+// layer forgot, and tells the hooks.
+func (t *Transport) forget(key string) {
+	t.budgets.Delete(key)
+	if f := t.hooks.UpstreamForgotten; f != nil {
+		defer func() { _ = recover() }()
+		f(key)
+	}
 }
 
 // CloseIdleConnections closes the connections that carry no request.

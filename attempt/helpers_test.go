@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/testkit"
@@ -22,6 +23,12 @@ func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
 func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Transport {
 	t.Helper()
 	cfg.Transport = s.Transport()
+	return newTransportWith(t, cfg)
+}
+
+// newTransportWith is newTransport with cfg's own Transport.
+func newTransportWith(t *testing.T, cfg attempt.Config) *attempt.Transport {
+	t.Helper()
 	tr, err := attempt.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,3 +86,14 @@ func fromError(err error) outcome {
 }
 
 type events = testkit.Events
+
+// pipelineOf returns the admission pipeline kept for key, failing the test if
+// there is none.
+func pipelineOf(t testing.TB, tr *attempt.Transport, key string) *admission.Pipeline {
+	t.Helper()
+	p, ok := tr.Pipeline(key)
+	if !ok {
+		t.Fatalf("no pipeline kept for %s", key)
+	}
+	return p
+}

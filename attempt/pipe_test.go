@@ -3,6 +3,7 @@ package attempt_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -19,12 +20,22 @@ import (
 
 // pipeUpstream is an HTTP/1.1 upstream on in-memory connections, so that
 // it runs inside a synctest bubble: each answer is "ok", after the delay
-// given in the request's path ("/wait/25s").
+// given in the request's path ("/wait/25s"). It answers for any host name.
+// While down, dials are refused.
 type pipeUpstream struct {
 	dials, closes atomic.Int32
+	down          atomic.Bool
 }
 
+var errRefused = errors.New("connection refused (pipeUpstream is down)")
+
+// open returns the number of connections open.
+func (u *pipeUpstream) open() int { return int(u.dials.Load() - u.closes.Load()) }
+
 func (u *pipeUpstream) dial(context.Context, string, string) (net.Conn, error) {
+	if u.down.Load() {
+		return nil, errRefused
+	}
 	u.dials.Add(1)
 	client, server := net.Pipe()
 	go func() {

@@ -18,19 +18,33 @@ import (
 // pool holds the connections to one address. Each is an *http.ClientConn:
 // one connection with no retries of its own, so that each RoundTrip on it is
 // exactly one physical attempt.
+//
+// It honours the connection limits of the configured http.Transport as
+// net/http does: at most MaxIdleConnsPerHost idle connections per address
+// (net/http's default of 2 when zero), at most MaxIdleConns idle
+// connections across every address (the Transport's idle list), at most
+// MaxConnsPerHost connections, dialing included, per address (an attempt
+// that would need one more waits, within its context, for one to free up),
+// and IdleConnTimeout.
 type pool struct {
-	t           *http.Transport
-	scheme      string
-	addr        string
-	proxy       *url.URL // the proxy every connection of the pool goes through, or nil
-	idleTimeout time.Duration
+	t      *Transport
+	key    string // in t.pools
+	scheme string
+	addr   string
+	proxy  *url.URL // the proxy every connection of the pool goes through, or nil
 
-	mu      sync.Mutex
-	conns   []*conn
-	ready   []*conn       // connections that had room when last seen, most recent last
-	h2      bool          // the upstream answered over HTTP/2: share one connection
-	dialing chan struct{} // closed when the HTTP/2 dial in progress ends
-	closed  bool
+	used epochMark // the sweep of its last attempt
+
+	mu        sync.Mutex
+	conns     []*conn
+	ready     []*conn         // connections that had room when last seen, most recent last
+	idle      int             // connections with nothing in flight (conn.isIdle)
+	dials     int             // dials in progress
+	waiters   []chan struct{} // attempts waiting for MaxConnsPerHost to allow one more connection
+	h2        bool            // the upstream answered over HTTP/2: share one connection
+	dialing   chan struct{}   // closed when the HTTP/2 dial in progress ends
+	closed    bool
+	forgotten bool // no longer in t.pools: attempts find a new pool for the address
 
 	// streamLimits are the numbers of streams the upstream accepted on
 	// its last HTTP/2 connections that ended with a GOAWAY leaving
@@ -47,13 +61,19 @@ type conn struct {
 	born    time.Time     // when it was dialed
 	streams atomic.Int32  // requests it carried: more than one, and a failure with nothing written may be the keep-alive race
 	http1   atomic.Bool   // has answered over HTTP/1
+	retired atomic.Bool   // out of the pool; closed when nothing is in flight
 
 	// answered counts the requests on it that got an answer, above those
 	// that failed for being above a GOAWAY's last-stream-id: what the
 	// upstream accepted on it, and what it refused.
 	answered, above atomic.Int32
-	retired         atomic.Bool // out of the pool; closed when nothing is in flight
-	inReady         bool        // on p.ready; guarded by p.mu
+
+	inReady bool // on p.ready; guarded by p.mu
+	isIdle  bool // nothing in flight, counted in p.idle and on the Transport's idle list; guarded by p.mu
+
+	// On the Transport's idle list (MaxIdleConns); guarded by its lock.
+	idlePrev, idleNext *conn
+	listed             bool
 
 	// idleSince is when the connection last had nothing in flight
 	// (clock.Now). The idle timer, armed the first time, compares it with
@@ -63,23 +83,54 @@ type conn struct {
 	idleArmed atomic.Bool
 
 	mu      sync.Mutex
-	idle    *time.Timer
-	stopped bool // retired: the idle timer is stopped for good
+	idleT   *time.Timer
+	idleFor *idleTarget // what the idle timer checks; cleared when it stops
+	stopped bool        // retired: the idle timer is stopped for good
 }
+
+// idleTarget is the connection an idle timer checks. A stopped timer may
+// stay in the runtime's timer heap for a while, with its function: through
+// this indirection, cleared when the timer stops, it does not keep the
+// closed connection reachable meanwhile.
+type idleTarget struct{ c atomic.Pointer[conn] }
+
+func (t *idleTarget) fire() {
+	if c := t.c.Load(); c != nil {
+		c.idleCheck()
+	}
+}
+
+var (
+	errPoolClosed    = errors.New("outbound: transport closed")
+	errPoolForgotten = errors.New("outbound: pool forgotten") // internal: the attempt finds the address's new pool
+)
+
+// connLimitError is an attempt that gave up waiting for MaxConnsPerHost to
+// allow a connection: it wrote nothing.
+type connLimitError struct{ err error }
+
+func (e *connLimitError) Error() string {
+	return "outbound: waited for a connection (Transport.MaxConnsPerHost reached): " + e.err.Error()
+}
+func (e *connLimitError) Unwrap() error { return e.err }
 
 // get returns a connection with a reserved request slot, dialing one if
 // none has room, and the number of the request among those the connection
-// carried (1 for its first). With a non-zero notBefore, connections opened before it are
-// not used. With oneShot (the request cannot be sent again once its body is
-// read), an HTTP/2 connection close to the number of streams the upstream
-// accepts per connection is not used either (see streamLimit). The stage of
-// a failure is DNS, dial or TLS.
+// carried (1 for its first). With a non-zero notBefore, connections opened
+// before it are not used. With oneShot (the request cannot be sent again
+// once its body is read), an HTTP/2 connection close to the number of
+// streams the upstream accepts per connection is not used either (see
+// streamLimit). The stage of a failure is DNS, dial or TLS.
 func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*conn, int32, error) {
 	for {
 		p.mu.Lock()
-		if p.closed {
+		switch {
+		case p.closed:
 			p.mu.Unlock()
 			return nil, 0, errPoolClosed
+		case p.forgotten:
+			p.mu.Unlock()
+			return nil, 0, errPoolForgotten
 		}
 		maxStreams := int32(0)
 		if oneShot && p.h2 {
@@ -100,7 +151,11 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 				p.ready = slices.Delete(p.ready, i, i+1)
 				c.inReady = false
 			}
+			wasIdle := p.busyLocked(c)
 			p.mu.Unlock()
+			if wasIdle {
+				p.t.idle.remove(c)
+			}
 			seq, ok := c.take(maxStreams)
 			if !ok {
 				continue // others took it to the limit meanwhile
@@ -128,17 +183,40 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 				return nil, 0, &dialError{stage: classify.StageDial, err: ctx.Err()}
 			}
 		}
+		if limit := p.t.maxConnsPerHost; limit > 0 && len(p.conns)+p.dials >= limit {
+			wake := make(chan struct{})
+			p.waiters = append(p.waiters, wake)
+			p.mu.Unlock()
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+				p.mu.Lock()
+				if i := slices.Index(p.waiters, wake); i >= 0 {
+					p.waiters = slices.Delete(p.waiters, i, i+1)
+				}
+				p.mu.Unlock()
+				return nil, 0, &connLimitError{err: ctx.Err()}
+			}
+		}
 		var done chan struct{}
 		if p.h2 {
 			done = make(chan struct{})
 			p.dialing = done
 		}
+		p.dials++
 		p.mu.Unlock()
 		c, err := p.dial(ctx)
+		p.mu.Lock()
+		p.dials--
 		if done != nil {
-			p.mu.Lock()
 			p.dialing = nil
-			p.mu.Unlock()
+		}
+		if err != nil {
+			p.wakeLocked() // the connection it would have been is not: room for another
+		}
+		p.mu.Unlock()
+		if done != nil {
 			close(done)
 		}
 		return c, 1, err
@@ -205,8 +283,6 @@ func (p *pool) learnStreamLimit(n int32) {
 	}
 }
 
-var errPoolClosed = errors.New("outbound: transport closed")
-
 // dialError is a failure to establish a connection, with its stage.
 type dialError struct {
 	stage classify.Stage
@@ -218,7 +294,7 @@ func (e *dialError) Unwrap() error { return e.err }
 
 func (p *pool) dial(ctx context.Context) (*conn, error) {
 	note := &dialNote{proxy: p.proxy}
-	cc, err := p.t.NewClientConn(context.WithValue(ctx, dialNoteKey{}, note), p.scheme, p.addr)
+	cc, err := p.t.base.NewClientConn(context.WithValue(ctx, dialNoteKey{}, note), p.scheme, p.addr)
 	if err != nil {
 		stage := classify.StageTLS
 		var dns *net.DNSError
@@ -264,7 +340,16 @@ func (p *pool) pushReady(c *conn) {
 	if !c.inReady && !c.retired.Load() {
 		c.inReady = true
 		p.ready = append(p.ready, c)
+		p.wakeLocked()
 	}
+}
+
+// wakeLocked wakes the attempts waiting for a connection; p.mu must be held.
+func (p *pool) wakeLocked() {
+	for _, w := range p.waiters {
+		close(w)
+	}
+	p.waiters = p.waiters[:0]
 }
 
 // putReady puts c on p.ready; it takes p.mu.
@@ -287,6 +372,18 @@ func (p *pool) dropReady(c *conn) {
 	c.inReady = false
 }
 
+// busyLocked notes that c carries a request again and reports whether it
+// was idle (the caller then takes it off the Transport's idle list, without
+// p.mu); p.mu must be held.
+func (p *pool) busyLocked(c *conn) bool {
+	if !c.isIdle {
+		return false
+	}
+	c.isIdle = false
+	p.idle--
+	return true
+}
+
 // learnHTTP2 records that the upstream speaks HTTP/2, so that later attempts
 // share a connection instead of dialing one each.
 func (p *pool) learnHTTP2() {
@@ -296,7 +393,8 @@ func (p *pool) learnHTTP2() {
 }
 
 // stateChanged is the connection's state hook: a connection that can take
-// no more requests is retired; an idle one is closed after the idle timeout.
+// no more requests is retired; an idle one is kept within the idle limits
+// and closed after the idle timeout.
 func (c *conn) stateChanged(cc *http.ClientConn) {
 	if cc.Err() != nil || c.retired.Load() {
 		c.p.retire(c)
@@ -310,16 +408,35 @@ func (c *conn) stateChanged(cc *http.ClientConn) {
 	}
 }
 
-// becameIdle notes that nothing is in flight on c, and arms the idle timer
-// the first time.
+// becameIdle notes that nothing is in flight on c: it keeps c within the
+// idle limits, and arms the idle timer the first time.
 func (c *conn) becameIdle() {
 	c.idleSince.Store(clock.Now())
+	p := c.p
+	p.mu.Lock()
+	switch {
+	case c.isIdle, c.retired.Load(), c.cc.InFlight() != 0:
+		p.mu.Unlock()
+	case p.idle >= p.t.maxIdlePerHost:
+		p.mu.Unlock()
+		p.retire(c) // too many idle connections to this address: net/http closes the newest
+		return
+	default:
+		c.isIdle = true
+		p.idle++
+		p.mu.Unlock()
+		if oldest := p.t.idle.push(c); oldest != nil {
+			oldest.p.retireIdle(oldest) // too many idle connections in all: the oldest goes
+		}
+	}
 	if c.idleArmed.Load() {
 		return
 	}
 	c.mu.Lock()
-	if c.idle == nil && !c.stopped {
-		c.idle = time.AfterFunc(c.p.idleTimeout, c.idleCheck)
+	if c.idleT == nil && !c.stopped {
+		c.idleFor = &idleTarget{}
+		c.idleFor.c.Store(c)
+		c.idleT = time.AfterFunc(p.t.idleTimeout, c.idleFor.fire)
 		c.idleArmed.Store(true)
 	}
 	c.mu.Unlock()
@@ -329,9 +446,10 @@ func (c *conn) becameIdle() {
 // on it for the idle timeout, and otherwise fires again when that could
 // first be so.
 func (c *conn) idleCheck() {
-	wait := c.p.idleTimeout
+	timeout := c.p.t.idleTimeout
+	wait := timeout
 	if c.cc.InFlight() == 0 {
-		wait = time.Duration(c.idleSince.Load() + int64(c.p.idleTimeout) - clock.Now())
+		wait = time.Duration(c.idleSince.Load() + int64(timeout) - clock.Now())
 		if wait <= 0 {
 			c.p.retire(c)
 			return
@@ -339,7 +457,7 @@ func (c *conn) idleCheck() {
 	}
 	c.mu.Lock()
 	if !c.stopped {
-		c.idle.Reset(wait)
+		c.idleT.Reset(wait)
 	}
 	c.mu.Unlock()
 }
@@ -348,10 +466,22 @@ func (c *conn) idleCheck() {
 func (c *conn) stopIdle() {
 	c.mu.Lock()
 	c.stopped = true
-	if c.idle != nil {
-		c.idle.Stop()
+	if c.idleT != nil {
+		c.idleT.Stop()
+		c.idleFor.c.Store(nil)
 	}
 	c.mu.Unlock()
+}
+
+// retireIdle retires c if it is still idle: an attempt may have taken it
+// since it was chosen to go.
+func (p *pool) retireIdle(c *conn) {
+	p.mu.Lock()
+	idle := c.isIdle
+	p.mu.Unlock()
+	if idle {
+		p.retire(c)
+	}
 }
 
 // retire takes c out of the pool, so that no new attempt uses it, and closes
@@ -374,6 +504,7 @@ func (p *pool) retire(c *conn) {
 	// stay reachable from the pool's slices.
 	if i := slices.Index(p.conns, c); i >= 0 {
 		p.conns = slices.Delete(p.conns, i, i+1)
+		p.wakeLocked() // room for another connection
 	}
 	c.retired.Store(true)
 	if c.inReady {
@@ -382,7 +513,11 @@ func (p *pool) retire(c *conn) {
 		}
 		c.inReady = false
 	}
+	wasIdle := p.busyLocked(c)
 	p.mu.Unlock()
+	if wasIdle {
+		p.t.idle.remove(c)
+	}
 	c.stopIdle()
 	if c.cc.Err() == nil && c.cc.InFlight() == 0 {
 		c.cc.Close()
@@ -410,9 +545,23 @@ func (p *pool) close() {
 	p.closed = true
 	conns := p.conns
 	p.conns, p.ready = nil, nil
+	p.wakeLocked()
 	p.mu.Unlock()
 	for _, c := range conns {
+		p.t.idle.remove(c)
 		c.stopIdle()
 		c.cc.Close()
 	}
+}
+
+// forget takes p out of use if it holds nothing: no connection, no dial in
+// progress, no attempt waiting. It reports whether it did.
+func (p *pool) forget() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.conns) > 0 || p.dials > 0 || len(p.waiters) > 0 || p.dialing != nil {
+		return false
+	}
+	p.forgotten = true
+	return true
 }

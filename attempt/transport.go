@@ -28,6 +28,7 @@
 package attempt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,8 +91,30 @@ type Config struct {
 	IsFailure func(*http.Response) bool
 
 	// IdleConnTimeout closes a connection that has carried no request for
-	// this long. Zero means 90 seconds.
+	// this long. Zero means the Transport's IdleConnTimeout, and if that is
+	// zero too, 90 seconds: net/http then keeps idle connections forever,
+	// but here an idle connection also keeps its upstream's state.
 	IdleConnTimeout time.Duration
+
+	// UpstreamIdleTime is how long the state of an upstream (its breaker,
+	// rate limiter and bulkhead, and the pool of its address) is kept
+	// without an attempt before it is forgotten, if it holds nothing worth
+	// keeping: a breaker that is not CLOSED, a permit, a token still owed
+	// to the rate limiter, a connection (see Transport). Zero means 5
+	// minutes; negative, forever.
+	UpstreamIdleTime time.Duration
+
+	// MaxUpstreams caps the number of upstreams whose state is kept. A
+	// call to a new upstream beyond it makes room by forgetting the least
+	// recently used upstreams that hold nothing, and fails with
+	// ErrTooManyUpstreams, without being sent, when there are none. Zero
+	// means no cap.
+	MaxUpstreams int
+
+	// OnForget, if set, is called with the key of each upstream whose
+	// state is forgotten, outside every lock, so that state kept elsewhere
+	// per upstream (a retry budget, metrics) can be forgotten with it.
+	OnForget func(key string)
 }
 
 // DefaultIsFailure reports whether resp has status 500, 502, 503 or 504.
@@ -107,36 +130,30 @@ func DefaultIsFailure(resp *http.Response) bool {
 // per call, through the admission pipeline of the call's upstream, and
 // classifies every failure. It does not retry. It is safe for concurrent use.
 type Transport struct {
-	base        *http.Transport
-	proxy       func(*http.Request) (*url.URL, error) // the configured Proxy, called per call
-	admission   admission.Config
-	key         func(*http.Request) string
-	customKey   bool
-	isFailure   func(*http.Response) bool
-	idleTimeout time.Duration
+	base            *http.Transport
+	proxy           func(*http.Request) (*url.URL, error) // the configured Proxy, called per call
+	admission       admission.Config
+	key             func(*http.Request) string
+	customKey       bool
+	isFailure       func(*http.Response) bool
+	idleTimeout     time.Duration
+	maxIdlePerHost  int
+	maxConnsPerHost int
+	keep            time.Duration // UpstreamIdleTime; negative: forever
+	maxUpstreams    int
+	onForget        func(string)
+
+	idle  idleList      // idle connections across every address (MaxIdleConns)
+	epoch atomic.Uint32 // sweeps so far
 
 	mu        sync.RWMutex
-	upstreams map[string]*admission.Pipeline
+	upstreams map[string]*upstream
 	pools     map[string]*pool
-	routes    map[hostKey]*Route // with the default key: per scheme and URL host
+	routes    map[hostKey]*Route // with the default key: per scheme, URL host and proxy
 	closed    bool
+	sweeper   *time.Timer // armed while anything is kept
+	toNotify  []string    // forgotten keys for OnForget, told outside the lock
 }
-
-type hostKey struct{ scheme, host, proxy string }
-
-// Route is where a request goes: the upstream it is admitted against and the
-// pool of connections to its address. Transport.Route finds it.
-type Route struct {
-	key      string
-	pipeline *admission.Pipeline
-	pool     *pool
-}
-
-// Key returns the route's upstream key.
-func (r *Route) Key() string { return r.key }
-
-// Pipeline returns the route's admission pipeline.
-func (r *Route) Pipeline() *admission.Pipeline { return r.pipeline }
 
 // New validates cfg and returns a Transport. Errors name the offending field.
 func New(cfg Config) (*Transport, error) {
@@ -144,8 +161,13 @@ func New(cfg Config) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport.(*http.Transport)
 	}
-	if cfg.IdleConnTimeout < 0 {
+	switch {
+	case cfg.IdleConnTimeout < 0:
 		return nil, fmt.Errorf("attempt: Config.IdleConnTimeout must be >= 0, got %v", cfg.IdleConnTimeout)
+	case cfg.MaxUpstreams < 0:
+		return nil, fmt.Errorf("attempt: Config.MaxUpstreams must be >= 0, got %d", cfg.MaxUpstreams)
+	case cfg.UpstreamIdleTime > 0 && cfg.UpstreamIdleTime < 4*time.Millisecond:
+		return nil, fmt.Errorf("attempt: Config.UpstreamIdleTime must be 0, negative or at least 4ms, got %v", cfg.UpstreamIdleTime)
 	}
 	tmpl := cfg.Admission
 	tmpl.Upstream = "validation"
@@ -169,6 +191,11 @@ func New(cfg Config) (*Transport, error) {
 	if b.Protocols == nil {
 		b.ForceAttemptHTTP2 = true // a custom DialContext would otherwise turn HTTP/2 off
 	}
+	// The pool enforces MaxConnsPerHost itself. Left on the clone, it makes
+	// net/http (Go 1.26) count down, when a ClientConn from NewClientConn
+	// closes, a connection it never counted up: "connCount underflow", a
+	// panic (TestMaxConnsPerHostOneOpensOneConnection).
+	b.MaxConnsPerHost = 0
 	userProxy := b.Proxy
 	if userProxy != nil {
 		// Called once per call with the caller's request (Route); the dial
@@ -181,16 +208,25 @@ func New(cfg Config) (*Transport, error) {
 		}
 	}
 	t := &Transport{
-		base:        b,
-		proxy:       userProxy,
-		admission:   cfg.Admission,
-		key:         cfg.UpstreamKey,
-		isFailure:   cfg.IsFailure,
-		idleTimeout: cfg.IdleConnTimeout,
-		upstreams:   map[string]*admission.Pipeline{},
-		routes:      map[hostKey]*Route{},
-		customKey:   cfg.UpstreamKey != nil,
-		pools:       map[string]*pool{},
+		base:            b,
+		proxy:           userProxy,
+		admission:       cfg.Admission,
+		key:             cfg.UpstreamKey,
+		isFailure:       cfg.IsFailure,
+		idleTimeout:     cmp.Or(cfg.IdleConnTimeout, base.IdleConnTimeout, 90*time.Second),
+		maxIdlePerHost:  cmp.Or(base.MaxIdleConnsPerHost, http.DefaultMaxIdleConnsPerHost),
+		maxConnsPerHost: max(base.MaxConnsPerHost, 0),
+		idle:            idleList{max: max(base.MaxIdleConns, 0)},
+		keep:            cmp.Or(cfg.UpstreamIdleTime, defaultUpstreamIdleTime),
+		maxUpstreams:    cfg.MaxUpstreams,
+		onForget:        cfg.OnForget,
+		upstreams:       map[string]*upstream{},
+		routes:          map[hostKey]*Route{},
+		customKey:       cfg.UpstreamKey != nil,
+		pools:           map[string]*pool{},
+	}
+	if base.DisableKeepAlives || base.MaxIdleConnsPerHost < 0 {
+		t.maxIdlePerHost = 0 // no idle connection is kept
 	}
 	if t.key == nil {
 		t.key = DefaultUpstreamKey
@@ -198,154 +234,7 @@ func New(cfg Config) (*Transport, error) {
 	if t.isFailure == nil {
 		t.isFailure = DefaultIsFailure
 	}
-	if t.idleTimeout == 0 {
-		t.idleTimeout = 90 * time.Second
-	}
 	return t, nil
-}
-
-// DefaultUpstreamKey returns "scheme://host:port" of the request's URL, with
-// the scheme's default port when the URL has none.
-func DefaultUpstreamKey(req *http.Request) string {
-	return req.URL.Scheme + "://" + address(req)
-}
-
-func address(req *http.Request) string {
-	host, port := req.URL.Hostname(), req.URL.Port()
-	if port == "" {
-		port = "80"
-		if req.URL.Scheme == "https" {
-			port = "443"
-		}
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// UpstreamKey returns the key of the upstream req is admitted against.
-func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
-
-// Route returns where req goes. With the default upstream key, routes are
-// cached per scheme, URL host and proxy, so finding one allocates nothing
-// when no proxy is configured. The Transport's Proxy, if any, is called here
-// with req itself.
-func (t *Transport) Route(req *http.Request) (*Route, error) {
-	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
-		return nil, errUnsupportedURL(req)
-	}
-	var proxy *url.URL
-	hk := hostKey{scheme: req.URL.Scheme, host: req.URL.Host}
-	if t.proxy != nil {
-		u, err := t.proxy(req)
-		if err != nil {
-			return nil, fmt.Errorf("outbound: the Transport's Proxy refused the request: %w", err)
-		}
-		if u != nil {
-			proxy, hk.proxy = u, u.String()
-		}
-	}
-	if !t.customKey {
-		t.mu.RLock()
-		r := t.routes[hk]
-		t.mu.RUnlock()
-		if r != nil {
-			return r, nil
-		}
-	}
-	key := t.key(req)
-	p, err := t.pool(req.URL.Scheme, address(req), proxy, hk.proxy)
-	if err != nil {
-		return nil, err
-	}
-	r := &Route{key: key, pipeline: t.Pipeline(key), pool: p}
-	if !t.customKey {
-		t.mu.Lock()
-		t.routes[hk] = r
-		t.mu.Unlock()
-	}
-	return r, nil
-}
-
-// errUnsupportedURL names the scheme and host only: a URL's path and query
-// may carry secrets, and errors end up in logs.
-func errUnsupportedURL(req *http.Request) error {
-	if req.URL == nil {
-		return errors.New("outbound: request has no URL")
-	}
-	return fmt.Errorf("outbound: unsupported request URL: scheme %q, host %q (want http or https, and a host)", req.URL.Scheme, req.URL.Host)
-}
-
-// Pipeline returns the admission pipeline of the upstream named key, creating
-// it if needed.
-func (t *Transport) Pipeline(key string) *admission.Pipeline {
-	t.mu.RLock()
-	p := t.upstreams[key]
-	t.mu.RUnlock()
-	if p != nil {
-		return p
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p = t.upstreams[key]; p == nil {
-		cfg := t.admission
-		cfg.Upstream = key
-		p, _ = admission.New(cfg) // validated in New
-		t.upstreams[key] = p
-	}
-	return p
-}
-
-func (t *Transport) pool(scheme, addr string, proxy *url.URL, proxyKey string) (*pool, error) {
-	k := scheme + "://" + addr
-	if proxyKey != "" {
-		k += " via " + proxyKey
-	}
-	t.mu.RLock()
-	p, closed := t.pools[k], t.closed
-	t.mu.RUnlock()
-	if p != nil {
-		return p, nil
-	}
-	if closed {
-		return nil, errPoolClosed
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, errPoolClosed
-	}
-	if p = t.pools[k]; p == nil {
-		p = &pool{t: t.base, scheme: scheme, addr: addr, proxy: proxy, idleTimeout: t.idleTimeout}
-		t.pools[k] = p
-	}
-	return p, nil
-}
-
-// CloseIdleConnections closes every connection that carries no request.
-func (t *Transport) CloseIdleConnections() {
-	for _, p := range t.allPools() {
-		p.closeIdle()
-	}
-}
-
-// Close closes every connection, interrupting requests in flight; later
-// calls fail.
-func (t *Transport) Close() {
-	t.mu.Lock()
-	t.closed = true
-	t.mu.Unlock()
-	for _, p := range t.allPools() {
-		p.close()
-	}
-}
-
-func (t *Transport) allPools() []*pool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	ps := make([]*pool, 0, len(t.pools))
-	for _, p := range t.pools {
-		ps = append(ps, p)
-	}
-	return ps
 }
 
 // RoundTrip makes one attempt of req. It keeps the http.RoundTripper
@@ -408,11 +297,14 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		areq = req.WithContext(ctx)
 		areq.Header, areq.Body = o.Header, o.Body
 	}
-	key, pl, p := r.key, r.pipeline, r.pool
+	key, pl, p := r.key, r.up.pipeline, r.pool
 	if err := validate(areq); err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceInvalidRequest, Err: err}
 	}
+	epoch := t.epoch.Load()
+	r.up.used.touch(epoch)
+	p.used.touch(epoch)
 	start := clock.Now()
 	pm, err := pl.Acquire(ctx)
 	if err != nil {
@@ -420,6 +312,11 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
 	c, seq, err := p.get(ctx, o.NotBefore, o.OneShot)
+	for err == errPoolForgotten { // the route outlived its pool: the address has a new one
+		if p, err = t.renewPool(p); err == nil {
+			c, seq, err = p.get(ctx, o.NotBefore, o.OneShot)
+		}
+	}
 	if err != nil {
 		stage := classify.StageDial
 		var de *dialError
@@ -427,7 +324,13 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			stage = de.stage
 		}
 		ev := classify.EvidenceNoConnection
+		var cl *connLimitError
 		switch {
+		case errors.As(err, &cl):
+			// It waited for MaxConnsPerHost to allow a connection and gave
+			// up: it wrote nothing, and the upstream is not to blame.
+			ev = classify.EvidenceConnLimit
+			pm.Cancel()
 		case callerCancelled(ctx) || err == errPoolClosed:
 			pm.Cancel()
 		case classify.TLSRefused(err):

@@ -97,6 +97,7 @@ const (
 	EvidenceGoAwayAboveWithError                     // HTTP/2 stream above the last-stream-id of a GOAWAY that carried an error code
 	EvidenceIdleConnClosed                           // HTTP/1: the server closed a reused connection before any byte of the response
 	EvidenceTLSRefused                               // the TLS handshake failed for good: certificate or protocol refused
+	EvidenceConnLimit                                // no connection: the attempt gave up waiting for one (Transport.MaxConnsPerHost)
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
@@ -107,7 +108,8 @@ var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoCon
 	EvidenceInvalidRequest:    "invalid request", EvidenceConnShuttingDown: "no stream opened: connection shutting down (GOAWAY)",
 	EvidenceGoAwayAboveWithError: "stream above the last-stream-id of a GOAWAY with an error code",
 	EvidenceIdleConnClosed:       "reused connection closed before any response byte",
-	EvidenceTLSRefused:           "TLS handshake refused (certificate or protocol)"}
+	EvidenceTLSRefused:           "TLS handshake refused (certificate or protocol)",
+	EvidenceConnLimit:            "no connection free (MaxConnsPerHost)"}
 
 func (e Evidence) String() string {
 	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {

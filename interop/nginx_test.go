@@ -177,6 +177,10 @@ func (b *countingBackend) executions(id string) int {
 	return b.n[id]
 }
 
+// minCalls is the least number of calls each client makes per protocol and
+// phase.
+const minCalls = 1200
+
 // kinds of calls: a GET, a POST whose body can be made again (GetBody), and a
 // POST with a one-shot body, which nobody can retry once it was sent.
 const (
@@ -202,7 +206,8 @@ type client struct {
 	do   func(*http.Request) (*http.Response, *outcome.Outcome, error)
 }
 
-func load(ctx context.Context, c client, url string, seq *atomic.Int64) []result {
+// load makes calls until ctx ends, counting them in made.
+func load(ctx context.Context, c client, url string, seq, made *atomic.Int64) []result {
 	var mu sync.Mutex
 	var results []result
 	var wg sync.WaitGroup
@@ -223,6 +228,7 @@ func load(ctx context.Context, c client, url string, seq *atomic.Int64) []result
 				mu.Lock()
 				results = append(results, result{kind: k, id: id, err: err, out: out})
 				mu.Unlock()
+				made.Add(1)
 			}
 		})
 	}
@@ -321,23 +327,34 @@ func TestBehindNginxOutboundFailsNoCallThatNetHTTPGetsThrough(t *testing.T) {
 					return resp, nil, err
 				}},
 			}
+			// Each phase lasts until both clients have made minCalls calls,
+			// at least; the second reloads nginx every 600 ms meanwhile, 6
+			// times at least.
 			for _, phase := range []struct {
 				name    string
-				length  time.Duration
 				reloads int
-			}{{"steady", 3 * time.Second, 0}, {"reloads", 4200 * time.Millisecond, 6}} {
-				ctx, cancel := context.WithTimeout(context.Background(), phase.length)
+			}{{"steady", 0}, {"reloads", 6}} {
+				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
 				results := make([][]result, len(clients))
+				made := make([]atomic.Int64, len(clients))
 				for i, c := range clients {
-					wg.Go(func() { results[i] = load(ctx, c, url, &seq) })
+					wg.Go(func() { results[i] = load(ctx, c, url, &seq, &made[i]) })
 				}
-				for range phase.reloads {
-					time.Sleep(phase.length / time.Duration(phase.reloads+1)) // spread the reloads over the load
-					n.reload(t)
+				start, reloads := time.Now(), 0
+				for {
+					time.Sleep(100 * time.Millisecond) // pacing the phase, not a timing assertion
+					if phase.reloads > 0 && time.Since(start) >= time.Duration(reloads+1)*600*time.Millisecond {
+						n.reload(t)
+						reloads++
+					}
+					enough := made[0].Load() >= minCalls && made[1].Load() >= minCalls && reloads >= phase.reloads
+					if enough && time.Since(start) >= 3*time.Second || time.Since(start) > time.Minute {
+						break
+					}
 				}
-				wg.Wait()
 				cancel()
+				wg.Wait()
 				check(t, &report, m.name, phase.name, results[0], results[1], backend)
 			}
 		})
@@ -374,7 +391,7 @@ func check(t *testing.T, report *strings.Builder, proto, phase string, ob, bare 
 	}
 	obCalls, obFails := failed(ob, -1)
 	bareCalls, bareFails := failed(bare, -1)
-	if obCalls < 1000 || bareCalls < 1000 {
+	if obCalls < minCalls || bareCalls < minCalls {
 		t.Errorf("%s %s: too few calls to say anything: outbound %d, net/http %d", proto, phase, obCalls, bareCalls)
 	}
 	if p := worseByMoreThanChance(obFails, obCalls, bareFails, bareCalls); p < 0.001 {

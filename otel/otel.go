@@ -181,6 +181,7 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 		tracer:   c.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		breakers: map[string]*breakerState{},
 		sets:     map[setKey]*measureOpts{},
+		upSets:   map[string][]setKey{},
 	}
 	m := c.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var errs error
@@ -214,13 +215,14 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 		return outbound.Hooks{}, errs
 	}
 	return outbound.Hooks{
-		CallStart:       r.callStart,
-		AttemptStart:    r.attemptStart,
-		AttemptDone:     r.attemptDone,
-		RetryDecided:    r.retryDecided,
-		BudgetExhausted: r.budgetExhausted,
-		CallDone:        r.callDone,
-		Guard:           r.guard,
+		CallStart:         r.callStart,
+		AttemptStart:      r.attemptStart,
+		AttemptDone:       r.attemptDone,
+		RetryDecided:      r.retryDecided,
+		BudgetExhausted:   r.budgetExhausted,
+		CallDone:          r.callDone,
+		Guard:             r.guard,
+		UpstreamForgotten: r.forget,
 	}, nil
 }
 
@@ -237,8 +239,23 @@ type recorder struct {
 	bmu      sync.RWMutex
 	breakers map[string]*breakerState // by upstream
 
-	smu  sync.RWMutex
-	sets map[setKey]*measureOpts
+	smu    sync.RWMutex
+	sets   map[setKey]*measureOpts
+	upSets map[string][]setKey // the keys in sets of each upstream's measurements
+}
+
+// forget drops what the recorder keeps for an upstream whose state the
+// Transport forgot: its breaker gauge and its cached attribute sets.
+func (r *recorder) forget(upstream string) {
+	r.bmu.Lock()
+	delete(r.breakers, upstream)
+	r.bmu.Unlock()
+	r.smu.Lock()
+	for _, k := range r.upSets[upstream] {
+		delete(r.sets, k)
+	}
+	delete(r.upSets, upstream)
+	r.smu.Unlock()
 }
 
 // callKey is the context key of a call's state.
@@ -571,6 +588,9 @@ func (r *recorder) opts(k setKey) *measureOpts {
 			o = prev
 		} else {
 			r.sets[k] = o
+			if k.kind != kindDuration { // the others are per upstream, named by k.a
+				r.upSets[k.a] = append(r.upSets[k.a], k)
+			}
 		}
 	}
 	r.smu.Unlock()

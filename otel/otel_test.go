@@ -50,7 +50,7 @@ func newEnv(t *testing.T, p outboundtest.Proto, cfg outbound.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Transport, cfg.Hooks = e.s.Transport(), hooks
+	cfg.Transport, cfg.Hooks = e.s.Transport(), outbound.ComposeHooks(hooks, cfg.Hooks) // the module's first
 	if cfg.Backoff == (retry.Backoff{}) {
 		cfg.Backoff = retry.Backoff{Initial: 1, Max: 1, Jitter: -1} // no waiting between attempts
 	}
@@ -246,7 +246,11 @@ func TestMetricsOfA503Storm(t *testing.T) {
 	})
 
 	// The breaker's later states follow, whatever the order of delivery.
-	e.t.Attempts().Pipeline(e.upstream).Breaker().SetState(circuit.ForcedOpen)
+	p, ok := e.t.Attempts().Pipeline(e.upstream)
+	if !ok {
+		t.Fatalf("no pipeline kept for %s", e.upstream)
+	}
+	p.Breaker().SetState(circuit.ForcedOpen)
 	got := sums(t, e.collect(t), "outbound.breaker.state", "{state}")
 	if got["outbound.state=FORCED_OPEN "+up] != 1 || got["outbound.state=OPEN "+up] != 0 {
 		t.Errorf("after SetState(FORCED_OPEN): %v", got)
@@ -572,5 +576,33 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 	if n := len(e.spans.Ended()); n != 2*workers*calls {
 		t.Errorf("%d spans, want %d", n, 2*workers*calls)
+	}
+}
+
+// When the Transport forgets an idle upstream, the module forgets what it
+// keeps for it: its breaker gauge stops reporting it, and its cached
+// attribute sets go.
+func TestAForgottenUpstreamLeavesTheBreakerGauge(t *testing.T) {
+	forgotten := make(chan string, 1)
+	e := newEnv(t, outboundtest.HTTP1, outbound.Config{UpstreamIdleTime: 20 * time.Millisecond,
+		Hooks: outbound.Hooks{UpstreamForgotten: func(u string) { forgotten <- u }}})
+	if _, err := e.get(t, context.Background(), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sums(t, e.collect(t), "outbound.breaker.state", "{state}"); got["outbound.state=CLOSED outbound.upstream="+e.upstream] != 1 {
+		t.Fatalf("breaker gauge before: %v", got)
+	}
+	e.t.CloseIdleConnections()
+	if u := <-forgotten; u != e.upstream { // within a few sweeps
+		t.Fatalf("forgot %s", u)
+	}
+	if _, ok := e.t.Budget(e.upstream); ok {
+		t.Fatal("the retry budget outlived its upstream")
+	}
+	ms := e.collect(t)
+	if m, ok := ms["outbound.breaker.state"]; ok {
+		if g := m.Data.(metricdata.Gauge[int64]); len(g.DataPoints) != 0 {
+			t.Fatalf("the forgotten upstream is still reported: %v", sums(t, ms, "outbound.breaker.state", "{state}"))
+		}
 	}
 }

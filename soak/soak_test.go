@@ -185,7 +185,10 @@ func newUpstream(p outboundtest.Proto, striped bool) *upstream {
 	if striped {
 		u.name += " (striped)"
 		restore := shard.Force(true)
-		t.Attempts().Pipeline(u.srv.URL) // built now, striped
+		req, _ := http.NewRequest(http.MethodGet, u.srv.URL, nil)
+		if _, err := t.Attempts().Route(req); err != nil { // the pipeline is built now, striped
+			panic(err)
+		}
 		restore()
 	}
 	return u
@@ -399,7 +402,11 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 		check(r.commit != 0, "%s %s has no commit status", kindNames[r.kind], r.id)
 	}
 	for _, u := range ups {
-		pl := u.client.Attempts().Pipeline(u.srv.URL)
+		pl, ok := u.client.Attempts().Pipeline(u.srv.URL)
+		check(ok, "%s: its state was forgotten while in use", u.name)
+		if !ok {
+			continue
+		}
 		check(pl.Bulkhead().InUse() == 0, "%s: %d bulkhead slots still held", u.name, pl.Bulkhead().InUse())
 		bm := pl.Breaker().Metrics()
 		check(bm.TrialsInFlight == 0, "%s: %d HALF_OPEN trial permits still held", u.name, bm.TrialsInFlight)

@@ -267,6 +267,12 @@ func (l *Limiter) Available() int {
 	return n
 }
 
+// Full reports whether every token is back: no token taken is still owed,
+// so a new limiter of the same configuration would allow no more than this
+// one. (Tokens held in per-processor cells count as taken: a limiter that
+// is full by this measure may allow a few more than a new one, never fewer.)
+func (l *Limiter) Full() bool { return l == nil || l.tat.Load() <= clock.Now() }
+
 func (l *Limiter) availableAt(now int64) int {
 	used := max(l.tat.Load(), now) - now
 	return int((l.tau - used) / l.interval)

@@ -260,8 +260,13 @@ func (e *env) waitState(st circuit.State, limit time.Duration) bool {
 	return true
 }
 
+// breaker returns the breaker of the scenario's upstream, or nil before its
+// first call.
 func (e *env) breaker() *circuit.Breaker {
-	return e.client.Transport().Attempts().Pipeline(e.srv.URL).Breaker()
+	if p, ok := e.client.Transport().Attempts().Pipeline(e.srv.URL); ok {
+		return p.Breaker()
+	}
+	return nil
 }
 
 func (e *env) reached(st circuit.State) bool {

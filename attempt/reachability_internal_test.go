@@ -1,0 +1,94 @@
+package attempt
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+	"weak"
+)
+
+// pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok", so that
+// the test runs in a synctest bubble.
+func pipeDial(context.Context, string, string) (net.Conn, error) {
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		r := bufio.NewReader(server)
+		for {
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	}()
+	return client, nil
+}
+
+// A connection closed by CloseIdleConnections or by the idle timeout is
+// released at once: nothing of the Transport keeps it reachable (a pool once
+// kept closed connections in the vacated slots of its slices).
+func TestAClosedConnectionIsUnreachable(t *testing.T) {
+	for _, how := range []string{"CloseIdleConnections", "the idle timeout"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr, err := New(Config{Transport: &http.Transport{DialContext: pipeDial, MaxIdleConns: 10}, IdleConnTimeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range 3 { // three connections at once, then idle
+					wg.Go(func() {
+						<-start
+						req, _ := http.NewRequest(http.MethodGet, "http://upstream.test/", nil)
+						resp, err := tr.RoundTrip(req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					})
+				}
+				close(start)
+				wg.Wait()
+				synctest.Wait()
+				p := tr.pools["http://upstream.test:80"]
+				p.mu.Lock()
+				conns := make([]weak.Pointer[conn], len(p.conns))
+				clientConns := make([]weak.Pointer[http.ClientConn], len(p.conns))
+				for i, c := range p.conns {
+					conns[i], clientConns[i] = weak.Make(c), weak.Make(c.cc)
+				}
+				p.mu.Unlock()
+				if len(conns) == 0 {
+					t.Fatal("no connection to watch")
+				}
+				if how == "CloseIdleConnections" {
+					tr.CloseIdleConnections()
+				} else {
+					time.Sleep(2 * time.Minute)
+				}
+				synctest.Wait()
+				runtime.GC()
+				for i := range conns {
+					if conns[i].Value() != nil || clientConns[i].Value() != nil {
+						t.Fatalf("connection %d of %d still reachable after %s", i+1, len(conns), how)
+					}
+				}
+			})
+		})
+	}
+}

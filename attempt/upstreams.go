@@ -1,0 +1,398 @@
+package attempt
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+)
+
+// What a Transport keeps per upstream (its admission pipeline), per address
+// (a pool of connections) and per URL host (a route to both), and how it
+// forgets what is idle.
+//
+// An upstream is forgotten after UpstreamIdleTime without an attempt, if it
+// holds nothing worth keeping: its breaker is CLOSED (never OPEN, HALF_OPEN
+// or a state an operator set), no bulkhead slot is held, and its rate
+// limiter has every token back (a new one would allow no more). An address's
+// pool is forgotten after the same time if it has no connection. A forgotten
+// upstream starts afresh: a CLOSED breaker's window is forgotten with it,
+// since outcomes older than UpstreamIdleTime are not recent. Forgetting is
+// done by a sweeper, a timer that runs every quarter of UpstreamIdleTime
+// while anything is kept: an attempt only records the sweep it happened in
+// (no clock read, no lock), and an entry not used for five sweeps is idle.
+//
+// MaxUpstreams caps the upstreams kept: a new one beyond it makes room by
+// forgetting the least recently used that hold nothing, whatever their idle
+// time, and is refused (ErrTooManyUpstreams, a local rejection) when none
+// does — an outage is never forgotten to make room.
+
+// ErrTooManyUpstreams is the error of a call to a new upstream when
+// Config.MaxUpstreams upstreams are kept and none of them can be forgotten
+// (each holds a permit, or its breaker is not CLOSED). The call was not
+// sent.
+var ErrTooManyUpstreams = errors.New("outbound: too many upstreams (Config.MaxUpstreams), none of which can be forgotten")
+
+const (
+	// defaultUpstreamIdleTime is how long an idle upstream is kept.
+	defaultUpstreamIdleTime = 5 * time.Minute
+	// sweepsPerIdleTime is how often the sweeper runs per idle time; an
+	// entry unused for one sweep more is idle.
+	sweepsPerIdleTime = 4
+)
+
+// upstream is the state kept for one upstream key.
+type upstream struct {
+	key       string
+	pipeline  *admission.Pipeline
+	used      epochMark
+	forgotten bool // guarded by Transport.mu
+}
+
+// epochMark is the sweep in which an entry was last used.
+type epochMark struct{ atomic.Uint32 }
+
+// touch records that the entry is used in sweep epoch: a store only when
+// the sweep has changed, so that concurrent attempts mostly share the line.
+func (m *epochMark) touch(epoch uint32) {
+	if m.Load() != epoch {
+		m.Store(epoch)
+	}
+}
+
+// idleSince reports whether the entry was not used in the last
+// sweepsPerIdleTime sweeps before epoch.
+func (m *epochMark) idleSince(epoch uint32) bool { return epoch-m.Load() > sweepsPerIdleTime }
+
+type hostKey struct{ scheme, host, proxy string }
+
+// Route is where a request goes: the upstream it is admitted against and the
+// pool of connections to its address. Transport.Route finds it.
+type Route struct {
+	key  string
+	up   *upstream
+	pool *pool
+}
+
+// Key returns the route's upstream key.
+func (r *Route) Key() string { return r.key }
+
+// Pipeline returns the route's admission pipeline.
+func (r *Route) Pipeline() *admission.Pipeline { return r.up.pipeline }
+
+// DefaultUpstreamKey returns "scheme://host:port" of the request's URL, in
+// one spelling per host: the host in lower case without a trailing dot, an
+// IP address in its canonical form, and the scheme's default port when the
+// URL has none. Spellings of one host thus share one breaker, rate limiter
+// and bulkhead. (A custom Config.UpstreamKey is responsible for its own.)
+func DefaultUpstreamKey(req *http.Request) string {
+	return req.URL.Scheme + "://" + address(req)
+}
+
+// address returns the canonical "host:port" of req's URL (see
+// DefaultUpstreamKey): what a connection is dialed to and pooled by.
+func address(req *http.Request) string {
+	host, port := req.URL.Hostname(), req.URL.Port()
+	switch {
+	case port == "" && req.URL.Scheme == "https":
+		port = "443"
+	case port == "":
+		port = "80"
+	case port[0] == '0':
+		if n, err := strconv.Atoi(port); err == nil {
+			port = strconv.Itoa(n)
+		}
+	}
+	return net.JoinHostPort(canonicalHost(host), port)
+}
+
+func canonicalHost(h string) string {
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return ip.String() // every IPv6 spelling as one, zone kept
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// UpstreamKey returns the key of the upstream req is admitted against.
+func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
+
+// Route returns where req goes. With the default upstream key, routes are
+// cached per scheme, URL host and proxy, so finding one allocates nothing
+// when no proxy is configured. The Transport's Proxy, if any, is called here
+// with req itself.
+func (t *Transport) Route(req *http.Request) (*Route, error) {
+	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+		return nil, errUnsupportedURL(req)
+	}
+	var proxy *url.URL
+	hk := hostKey{scheme: req.URL.Scheme, host: req.URL.Host}
+	if t.proxy != nil {
+		u, err := t.proxy(req)
+		if err != nil {
+			return nil, fmt.Errorf("outbound: the Transport's Proxy refused the request: %w", err)
+		}
+		if u != nil {
+			proxy, hk.proxy = u, u.String()
+		}
+	}
+	if !t.customKey {
+		t.mu.RLock()
+		r := t.routes[hk]
+		t.mu.RUnlock()
+		if r != nil {
+			return r, nil
+		}
+	}
+	key := t.key(req)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	u, err := t.upstreamLocked(key)
+	var r *Route
+	if err == nil {
+		r = &Route{key: key, up: u, pool: t.poolLocked(req.URL.Scheme, address(req), proxy, hk.proxy)}
+		if !t.customKey {
+			t.routes[hk] = r
+		}
+	}
+	forgotten := t.toNotify
+	t.toNotify = nil
+	t.mu.Unlock()
+	t.notifyForgotten(forgotten)
+	return r, err
+}
+
+// errUnsupportedURL names the scheme and host only: a URL's path and query
+// may carry secrets, and errors end up in logs.
+func errUnsupportedURL(req *http.Request) error {
+	if req.URL == nil {
+		return errors.New("outbound: request has no URL")
+	}
+	return fmt.Errorf("outbound: unsupported request URL: scheme %q, host %q (want http or https, and a host)", req.URL.Scheme, req.URL.Host)
+}
+
+// Pipeline returns the admission pipeline of the upstream named key, and
+// whether the Transport keeps one: it reports false for a key that never had
+// a call or that was forgotten. Looking does not create it.
+func (t *Transport) Pipeline(key string) (*admission.Pipeline, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if u := t.upstreams[key]; u != nil {
+		return u.pipeline, true
+	}
+	return nil, false
+}
+
+// Upstreams returns the keys of the upstreams whose state the Transport
+// keeps, in order.
+func (t *Transport) Upstreams() []string {
+	t.mu.RLock()
+	keys := make([]string, 0, len(t.upstreams))
+	for k := range t.upstreams {
+		keys = append(keys, k)
+	}
+	t.mu.RUnlock()
+	slices.Sort(keys)
+	return keys
+}
+
+// upstreamLocked returns the upstream named key, creating it (within
+// MaxUpstreams) if needed; t.mu must be held for writing.
+func (t *Transport) upstreamLocked(key string) (*upstream, error) {
+	if u := t.upstreams[key]; u != nil {
+		return u, nil
+	}
+	if t.maxUpstreams > 0 && len(t.upstreams) >= t.maxUpstreams && !t.makeRoomLocked() {
+		return nil, ErrTooManyUpstreams
+	}
+	cfg := t.admission
+	cfg.Upstream = key
+	p, _ := admission.New(cfg) // validated in New
+	u := &upstream{key: key, pipeline: p}
+	u.used.Store(t.epoch.Load())
+	t.upstreams[key] = u
+	t.armSweeperLocked()
+	return u, nil
+}
+
+// poolLocked returns the pool for scheme, addr and proxy, creating it if
+// needed; t.mu must be held for writing.
+func (t *Transport) poolLocked(scheme, addr string, proxy *url.URL, proxyKey string) *pool {
+	k := scheme + "://" + addr
+	if proxyKey != "" {
+		k += " via " + proxyKey
+	}
+	if p := t.pools[k]; p != nil {
+		return p
+	}
+	p := &pool{t: t, key: k, scheme: scheme, addr: addr, proxy: proxy}
+	p.used.Store(t.epoch.Load())
+	t.pools[k] = p
+	t.armSweeperLocked()
+	return p
+}
+
+// renewPool returns the pool that replaces p, forgotten while an attempt
+// still held a route to it.
+func (t *Transport) renewPool(p *pool) (*pool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errPoolClosed
+	}
+	proxyKey := ""
+	if p.proxy != nil {
+		proxyKey = p.proxy.String()
+	}
+	return t.poolLocked(p.scheme, p.addr, p.proxy, proxyKey), nil
+}
+
+// armSweeperLocked arms the sweeper if it is not armed; t.mu must be held
+// for writing.
+func (t *Transport) armSweeperLocked() {
+	if t.keep > 0 && t.sweeper == nil && !t.closed {
+		t.sweeper = time.AfterFunc(t.keep/sweepsPerIdleTime, t.sweep)
+	}
+}
+
+// forgettable reports whether u holds nothing worth keeping (see the
+// comment at the top of this file).
+func forgettable(u *upstream) bool {
+	p := u.pipeline
+	return p.Breaker().State() == circuit.Closed && p.Bulkhead().InUse() == 0 && p.Limiter().Full()
+}
+
+// sweep forgets what has been idle for the idle time, and arms itself again
+// while anything is kept.
+func (t *Transport) sweep() {
+	epoch := t.epoch.Add(1)
+	t.mu.Lock()
+	var forgotten []string
+	for key, u := range t.upstreams {
+		if u.used.idleSince(epoch) && forgettable(u) {
+			t.forgetLocked(u)
+			forgotten = append(forgotten, key)
+		}
+	}
+	pools := 0
+	for key, p := range t.pools {
+		if p.used.idleSince(epoch) && p.forget() {
+			delete(t.pools, key)
+			pools++
+		}
+	}
+	if len(forgotten) > 0 || pools > 0 {
+		t.dropRoutesLocked()
+	}
+	t.sweeper = nil
+	if len(t.upstreams) > 0 || len(t.pools) > 0 {
+		t.armSweeperLocked()
+	}
+	t.mu.Unlock()
+	t.notifyForgotten(forgotten)
+}
+
+// makeRoomLocked forgets, to make room for a new upstream, the least
+// recently used sixteenth of MaxUpstreams (at least one) among the upstreams
+// that hold nothing, whatever their idle time; it reports whether it forgot
+// any. t.mu must be held for writing.
+func (t *Transport) makeRoomLocked() bool {
+	var candidates []*upstream
+	for _, u := range t.upstreams {
+		if forgettable(u) {
+			candidates = append(candidates, u)
+		}
+	}
+	if len(candidates) == 0 {
+		return false
+	}
+	epoch := t.epoch.Load()
+	slices.SortFunc(candidates, func(a, b *upstream) int { // the longest unused first
+		return int(epoch-b.used.Load()) - int(epoch-a.used.Load())
+	})
+	n := min(len(candidates), max(t.maxUpstreams/16, 1))
+	keys := make([]string, 0, n)
+	for _, u := range candidates[:n] {
+		t.forgetLocked(u)
+		keys = append(keys, u.key)
+	}
+	t.dropRoutesLocked()
+	t.toNotify = append(t.toNotify, keys...) // told outside the lock, by the caller
+	return true
+}
+
+// forgetLocked forgets u; t.mu must be held for writing.
+func (t *Transport) forgetLocked(u *upstream) {
+	delete(t.upstreams, u.key)
+	u.forgotten = true
+}
+
+// dropRoutesLocked drops the routes to forgotten upstreams or pools; t.mu
+// must be held for writing.
+func (t *Transport) dropRoutesLocked() {
+	for hk, r := range t.routes {
+		r.pool.mu.Lock()
+		gone := r.pool.forgotten
+		r.pool.mu.Unlock()
+		if gone || r.up.forgotten {
+			delete(t.routes, hk)
+		}
+	}
+}
+
+// notifyForgotten tells Config.OnForget of the forgotten keys.
+func (t *Transport) notifyForgotten(keys []string) {
+	if t.onForget == nil {
+		return
+	}
+	for _, k := range keys {
+		func() {
+			defer func() { _ = recover() }()
+			t.onForget(k)
+		}()
+	}
+}
+
+// CloseIdleConnections closes every connection that carries no request.
+func (t *Transport) CloseIdleConnections() {
+	for _, p := range t.allPools() {
+		p.closeIdle()
+	}
+}
+
+// Close closes every connection, interrupting requests in flight, and stops
+// the sweeper; later calls fail.
+func (t *Transport) Close() {
+	t.mu.Lock()
+	t.closed = true
+	if t.sweeper != nil {
+		t.sweeper.Stop()
+		t.sweeper = nil
+	}
+	t.mu.Unlock()
+	for _, p := range t.allPools() {
+		p.close()
+	}
+}
+
+func (t *Transport) allPools() []*pool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	ps := make([]*pool, 0, len(t.pools))
+	for _, p := range t.pools {
+		ps = append(ps, p)
+	}
+	return ps
+}
