@@ -261,17 +261,25 @@ func (p *pool) readyIndex(notBefore time.Time, maxStreams int32) int {
 // streams a client opened meanwhile fail above its last id: proven not
 // processed, but a one-shot body already read cannot go out again. The pool
 // learns the number from those GOAWAYs — the answers a connection got before
-// it, the largest of the last four, since a reload can end a connection
-// early — and keeps one-shot requests off connections within an eighth of it
-// (at least 3 streams) of the limit: they go to a new connection instead.
-// Other requests, which a GOAWAY costs only a transparent retry, keep using
-// the connection, and so keep the number up to date.
+// one that left streams of ours above its last id — and believes it only when
+// it is the same on two of the last four such connections and at least 8: a
+// fixed limit gives the same count every time, while a reload or a fault
+// ends connections at any count. It then keeps one-shot requests off
+// connections within an eighth of it (at least 3 streams) of the limit: they
+// go to a new connection instead. Other requests, which a GOAWAY costs only
+// a transparent retry, keep using the connection, and so keep the number up
+// to date.
 func (p *pool) streamLimit() int32 {
-	limit := slices.Max(p.streamLimits[:])
+	limit := int32(0)
+	for i, a := range p.streamLimits {
+		if a >= 8 && a > limit && slices.Contains(p.streamLimits[i+1:], a) {
+			limit = a
+		}
+	}
 	if limit == 0 {
 		return 0
 	}
-	return max(limit-max(limit/8, 3), 1)
+	return limit - max(limit/8, 3)
 }
 
 // learnStreamLimit records that the upstream accepted n streams on a

@@ -3,10 +3,12 @@ package attempt
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -91,4 +93,37 @@ func TestAClosedConnectionIsUnreachable(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Transport that knew many upstreams gives their memory back once it has
+// forgotten them: a Go map keeps its buckets after deletes, so the maps are
+// rebuilt when they shrink (they once kept ~100 B per forgotten upstream).
+func TestForgottenUpstreamsGiveTheirMemoryBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("refused") }
+		tr, err := New(Config{Transport: &http.Transport{DialContext: refused}, UpstreamIdleTime: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const n = 10000
+		for i := range n {
+			req, _ := http.NewRequest(http.MethodGet, "http://u"+strconv.Itoa(i)+".test/", nil)
+			_, _ = tr.RoundTrip(req)
+		}
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(tr)
+		if len(tr.Upstreams()) != 0 {
+			t.Fatalf("%d upstreams still kept", len(tr.Upstreams()))
+		}
+		if held := int64(after.HeapAlloc) - int64(before.HeapAlloc); held > 20*n {
+			t.Fatalf("%d B held per forgotten upstream", held/n)
+		}
+	})
 }

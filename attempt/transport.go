@@ -153,6 +153,7 @@ type Transport struct {
 	closed    bool
 	sweeper   *time.Timer // armed while anything is kept
 	toNotify  []string    // forgotten keys for OnForget, told outside the lock
+	peaks     [3]int      // the most entries upstreams, pools and routes held since they were made
 }
 
 // New validates cfg and returns a Transport. Errors name the offending field.

@@ -3,6 +3,7 @@ package attempt
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -165,6 +166,7 @@ func (t *Transport) Route(req *http.Request) (*Route, error) {
 		r = &Route{key: key, up: u, pool: t.poolLocked(req.URL.Scheme, address(req), proxy, hk.proxy)}
 		if !t.customKey {
 			t.routes[hk] = r
+			t.peaks[2] = max(t.peaks[2], len(t.routes))
 		}
 	}
 	forgotten := t.toNotify
@@ -223,6 +225,7 @@ func (t *Transport) upstreamLocked(key string) (*upstream, error) {
 	u := &upstream{key: key, pipeline: p}
 	u.used.Store(t.epoch.Load())
 	t.upstreams[key] = u
+	t.peaks[0] = max(t.peaks[0], len(t.upstreams))
 	t.armSweeperLocked()
 	return u, nil
 }
@@ -240,6 +243,7 @@ func (t *Transport) poolLocked(scheme, addr string, proxy *url.URL, proxyKey str
 	p := &pool{t: t, key: k, scheme: scheme, addr: addr, proxy: proxy}
 	p.used.Store(t.epoch.Load())
 	t.pools[k] = p
+	t.peaks[1] = max(t.peaks[1], len(t.pools))
 	t.armSweeperLocked()
 	return p
 }
@@ -295,6 +299,7 @@ func (t *Transport) sweep() {
 	}
 	if len(forgotten) > 0 || pools > 0 {
 		t.dropRoutesLocked()
+		t.shrinkLocked()
 	}
 	t.sweeper = nil
 	if len(t.upstreams) > 0 || len(t.pools) > 0 {
@@ -331,6 +336,29 @@ func (t *Transport) makeRoomLocked() bool {
 	t.dropRoutesLocked()
 	t.toNotify = append(t.toNotify, keys...) // told outside the lock, by the caller
 	return true
+}
+
+// shrinkLocked rebuilds the maps that shrank to a quarter of their peak:
+// a Go map keeps its buckets when entries are deleted, so a Transport that
+// once knew many upstreams would otherwise keep their room. t.mu must be held
+// for writing.
+func (t *Transport) shrinkLocked() {
+	t.upstreams = shrunk(t.upstreams, &t.peaks[0])
+	t.pools = shrunk(t.pools, &t.peaks[1])
+	t.routes = shrunk(t.routes, &t.peaks[2])
+}
+
+// shrunk returns m, or a copy of it if it shrank to a quarter of *peak, the
+// most entries it held since it was made; it keeps *peak up to date.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	*peak = max(*peak, len(m))
+	if *peak < 64 || len(m) > *peak/4 {
+		return m
+	}
+	*peak = len(m)
+	n := make(map[K]V, len(m)) // not maps.Clone, which keeps m's room
+	maps.Copy(n, m)
+	return n
 }
 
 // forgetLocked forgets u; t.mu must be held for writing.

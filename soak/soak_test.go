@@ -4,7 +4,9 @@
 // no HALF_OPEN slot lost, a recovered upstream's breaker closed again, no
 // non-idempotent call and no one-shot body executed twice, every commit
 // status consistent with the executions the upstream counted, goroutines,
-// file descriptors and heap back to their level.
+// file descriptors and heap back to their level. Beside them, a churning
+// population of 10,000 upstream keys comes and goes (each forgotten when
+// idle), and the heap must stay flat across the phases.
 //
 // It runs only with -soak:
 //
@@ -148,12 +150,14 @@ type stats struct {
 	peakGoroutines         int
 	peakHeap               uint64
 	baseGoroutines, baseFD int
+	churn                  *churn
 }
 
 func (s stats) String() string {
 	return fmt.Sprintf("phases %d, calls %d, attempts by category %v, commits %v, executions counted by the upstreams %d, "+
 		"peak goroutines %d (start %d), peak heap %d MiB, invariant checks passed %d, start fds %d",
-		s.phases, s.calls, s.byCategory, s.byCommit, s.executions, s.peakGoroutines, s.baseGoroutines, s.peakHeap>>20, s.checks, s.baseFD)
+		s.phases, s.calls, s.byCategory, s.byCommit, s.executions, s.peakGoroutines, s.baseGoroutines, s.peakHeap>>20, s.checks, s.baseFD) +
+		"; " + s.churn.String()
 }
 
 // newUpstream starts a fault upstream speaking p and a client for it. With
@@ -270,6 +274,8 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 		newUpstream(outboundtest.H2C, true)}
 	var violations []string
 	fail := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
+	ch := newChurn(ups[0].srv)
+	st.churn = ch
 
 	var seq atomic.Int64
 	end := time.Now().Add(d)
@@ -286,6 +292,14 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 			}
 		}
 		checkPhase(ph, ups, records, &st, fail)
+		records = nil // the heap check measures what the library keeps
+		ch.checkHeap(st.phases, func(ok bool, format string, args ...any) {
+			if ok {
+				st.checks++
+			} else {
+				fail(format, args...)
+			}
+		})
 		for _, u := range ups {
 			u.srv.Reset() // the phase's counters are read: clear them and the queued faults
 		}
@@ -294,6 +308,7 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 			break
 		}
 	}
+	ch.close()
 	for _, u := range ups {
 		u.client.Close()
 		u.srv.Close()
