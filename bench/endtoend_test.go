@@ -128,30 +128,41 @@ func BenchmarkEndToEnd(b *testing.B) {
 				}
 				report(b, cpu0, d0)
 			})
-			b.Run("16-callers", func(b *testing.B) {
-				d0 := dials.Load()
-				rt := c.new(b)
-				warm(b, rt, srv.URL)
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				for range callers {
-					wg.Go(func() {
-						for next.Add(1) <= int64(b.N) {
-							if !get(b, rt, srv.URL) {
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				report(b, cpu0, d0)
+			b.Run("16-callers", func(b *testing.B) { sixteenCallers(b, c, srv.URL) })
+			// With net/http's default of 2 idle connections per host: 16
+			// callers then open and close connections all along, in
+			// outbound's pool as in net/http's.
+			b.Run("16-callers-default-idle", func(b *testing.B) {
+				idlePerHost = 0
+				defer func() { idlePerHost = 100 }()
+				sixteenCallers(b, c, srv.URL)
 			})
 		})
 	}
+}
+
+// sixteenCallers is the 16-callers run of BenchmarkEndToEnd.
+func sixteenCallers(b *testing.B, c client, url string) {
+	d0 := dials.Load()
+	rt := c.new(b)
+	warm(b, rt, url)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if !get(b, rt, url) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	report(b, cpu0, d0)
 }
 
 // report adds the figures of an end-to-end run: requests/s, the client

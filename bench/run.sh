@@ -54,6 +54,8 @@ benches=(
 	"EndToEnd/failsafehttp/16-callers 50000"
 	"EndToEnd/retryablehttp/16-callers 50000"
 	"EndToEnd/gobreaker/16-callers 50000"
+	"EndToEnd/bare/16-callers-default-idle 30000"
+	"EndToEnd/outbound/16-callers-default-idle 30000"
 	"IdleBreaker/outbound 1"
 	"IdleBreaker/gobreaker 1"
 	"IdleBreaker/failsafe 1"

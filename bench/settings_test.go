@@ -84,10 +84,14 @@ func failsafeBulkhead[R any]() fsbulkhead.Bulkhead[R] { return fsbulkhead.New[R]
 // innerTransport is the http.Transport under every client of the end-to-end
 // benchmark: enough idle connections per host that 16 callers never re-dial.
 // Its dials are counted in dials.
+// idlePerHost is innerTransport's MaxIdleConnsPerHost: 100, or 0 (net/http's
+// default, 2) during the 16-callers-default-idle runs.
+var idlePerHost = 100
+
 func innerTransport() *http.Transport {
 	d := &net.Dialer{}
 	return &http.Transport{
-		MaxIdleConnsPerHost: 100,
+		MaxIdleConnsPerHost: idlePerHost,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			dials.Add(1)
 			return d.DialContext(ctx, network, addr)
