@@ -81,19 +81,23 @@ func newChurn(srv *outboundtest.Server) *churn {
 }
 
 // checkHeap checks, after phase n (its records dropped), that the heap
-// stays flat: from the second cycle of phases on, after each phase it stays
-// below twice what it was after the same phase of the first cycle, plus 4
+// stays flat: from the third cycle of phases on, after each phase it stays
+// below twice what it was after the same phase of the second cycle, plus 4
 // MiB, whatever the churn of upstreams has created and forgotten meanwhile.
+// (Not the first cycle: net/http's HTTP/2 client keeps a closed connection
+// that it never reused reachable for up to 5 s, and the first phases have
+// no closed connections behind them.)
 func (c *churn) checkHeap(n int, check func(bool, string, ...any)) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	if n <= len(phases) {
+	switch cycle := (n - 1) / len(phases); {
+	case cycle == 1:
 		c.heapFloor = append(c.heapFloor, m.HeapAlloc)
-	} else {
+	case cycle > 1:
 		floor := c.heapFloor[(n-1)%len(phases)]
 		c.heapHigh = max(c.heapHigh, m.HeapAlloc)
-		check(m.HeapAlloc <= 2*floor+4<<20, "heap %d MiB after phase %d, %d MiB after the same phase of the first cycle: it grows with the churn of upstreams",
+		check(m.HeapAlloc <= 2*floor+4<<20, "heap %d MiB after phase %d, %d MiB after the same phase of the second cycle: it grows with the churn of upstreams",
 			m.HeapAlloc>>20, n, floor>>20)
 	}
 	// At a call every churnPace, the upstreams of about churnIdle (plus
@@ -109,7 +113,7 @@ func (c *churn) close() {
 }
 
 func (c *churn) String() string {
-	return fmt.Sprintf("churn: %d calls to %d keys, %d upstreams forgotten, at most %d kept at once, heap after the phases of the first cycle %v KiB, at most %d KiB since",
+	return fmt.Sprintf("churn: %d calls to %d keys, %d upstreams forgotten, at most %d kept at once, heap after the phases of the second cycle %v KiB, at most %d KiB since",
 		c.calls.Load(), churnKeys, c.forgotten.Load(), c.peakKept.Load(), kib(c.heapFloor), c.heapHigh>>10)
 }
 
