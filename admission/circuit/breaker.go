@@ -5,7 +5,8 @@
 // of calls; a wait in OPEN after which the breaker moves to HALF_OPEN by
 // itself; a number of trial calls in HALF_OPEN.
 //
-// Two things differ from Resilience4j, on purpose:
+// The differences from Resilience4j are deliberate, and each is listed, with
+// its reason, in the project's design notes; the two that matter most:
 //   - HALF_OPEN cannot get stuck. A trial permit that is never resolved would
 //     hold its slot forever; MaxWaitInHalfOpen (finite by default) sends the
 //     breaker back to OPEN, and then to a fresh HALF_OPEN.
@@ -27,6 +28,7 @@ package circuit
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,7 @@ const (
 	ReasonTrialsPassed                      // the HALF_OPEN trial calls were healthy
 	ReasonHalfOpenTimeout                   // MaxWaitInHalfOpen passed before the trials decided
 	ReasonManual                            // SetState
+	ReasonOpenFor                           // OpenFor: opened for a set time, as the upstream asked
 )
 
 func (r Reason) String() string {
@@ -91,6 +94,8 @@ func (r Reason) String() string {
 		return "half-open max wait elapsed"
 	case ReasonManual:
 		return "set by operator"
+	case ReasonOpenFor:
+		return "opened for a set time"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -117,7 +122,22 @@ var (
 	// ErrHalfOpenFull is returned by Allow in HALF_OPEN when every trial
 	// slot is taken.
 	ErrHalfOpenFull = errors.New("circuit: half-open trial calls all taken")
+	// ErrIllegalTransition matches the error of SetState for a transition
+	// that Resilience4j refuses too: CLOSED to HALF_OPEN, and METRICS_ONLY
+	// to OPEN or HALF_OPEN.
+	ErrIllegalTransition = errors.New("circuit: illegal state transition")
 )
+
+// TransitionError is SetState's refusal of an illegal transition; errors.Is
+// matches it with ErrIllegalTransition.
+type TransitionError struct{ From, To State }
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("circuit: illegal state transition from %v to %v", e.From, e.To)
+}
+
+// Is matches ErrIllegalTransition.
+func (e *TransitionError) Is(target error) bool { return target == ErrIllegalTransition }
 
 const stateMask = 0xff
 
@@ -134,15 +154,19 @@ type Breaker struct {
 	clean atomic.Bool
 
 	// issued counts the HALF_OPEN trial permits handed out. Guarded by mu,
-	// like every field below.
+	// like the fields below but notPermitted. (Next to clean: the two fit
+	// one word, and an idle breaker stays in the 112-byte size class.)
 	issued int32
+
+	// notPermitted counts the calls refused in the current state (OPEN,
+	// FORCED_OPEN, or HALF_OPEN with every trial slot taken).
+	notPermitted atomic.Int64
 
 	slowDur int64 // nanoseconds; a copy of the setting, read on every outcome
 
 	mu       sync.Mutex
 	set      unique.Handle[settings] // one copy for all breakers with equal settings
 	onChange func(Transition)
-	timer    *time.Timer
 
 	// count is the count-based window. In HALF_OPEN its counters (n, fail,
 	// slo) count the trial calls instead: the window is emptied when the
@@ -151,11 +175,25 @@ type Breaker struct {
 	ext   *windowExt // the rest of a time-based or long count-based window
 }
 
-// windowExt holds what only some windows need, so that the common breaker
-// (a count window of up to 128 calls) is one small allocation.
+// windowExt holds what only some breakers need, so that the common idle
+// breaker (a count window of up to 128 calls, never opened) is one small
+// allocation: the window of a time-based or long count-based breaker, and
+// what a breaker needs once it has opened. Guarded by mu.
 type windowExt struct {
 	time timeWindow // of a time-based window
 	bits []uint64   // of a count-based window of more than 128 calls
+
+	timer     *time.Timer // of the OPEN or HALF_OPEN state
+	openUntil int64       // when the current OPEN state ends (clock.Now)
+	openings  int32       // since the breaker was last CLOSED: the wait in OPEN backs off with it
+}
+
+// extLocked returns b.ext, making it if needed; b.mu must be held.
+func (b *Breaker) extLocked() *windowExt {
+	if b.ext == nil {
+		b.ext = &windowExt{}
+	}
+	return b.ext
 }
 
 // New validates cfg and returns a CLOSED Breaker. Errors name the offending
@@ -166,6 +204,7 @@ func New(cfg Config) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{set: unique.Make(s), slowDur: s.slowDur, onChange: cfg.OnStateChange}
+	b.word.Store(uint64(s.start))
 	switch {
 	case s.windowType == TimeBased:
 		b.ext = &windowExt{time: newTimeWindow(s.windowSize)}
@@ -202,6 +241,7 @@ func (b *Breaker) allowOther(w uint64) (Permit, error) {
 	case HalfOpen:
 		return b.allowTrial(w)
 	}
+	b.notPermitted.Add(1)
 	return Permit{}, ErrOpen
 }
 
@@ -213,6 +253,7 @@ func (b *Breaker) allowTrial(w uint64) (Permit, error) {
 	}
 	if b.issued >= b.set.Value().permitted {
 		b.mu.Unlock()
+		b.notPermitted.Add(1)
 		return Permit{}, ErrHalfOpenFull
 	}
 	b.issued++
@@ -258,7 +299,7 @@ func (p *Permit) resolve(o outcome, elapsed time.Duration) {
 		return
 	}
 	p.b = nil
-	if o == success && int64(elapsed) < b.slowDur && b.clean.Load() {
+	if o == success && int64(elapsed) <= b.slowDur && b.clean.Load() {
 		return // see Breaker.clean
 	}
 	b.finish(p.word, o, elapsed)
@@ -269,7 +310,7 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 	if st == Disabled || (o == release && st != HalfOpen) {
 		return
 	}
-	failed, slow := o == failure, int64(elapsed) >= b.slowDur
+	failed, slow := o == failure, int64(elapsed) > b.slowDur // above the threshold, as in Resilience4j
 	var tr Transition
 	b.mu.Lock()
 	if b.word.Load() != word {
@@ -306,7 +347,7 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 		if slow {
 			h.slo++
 		}
-		if h.n >= b.set.Value().permitted {
+		if h.n >= b.set.Value().halfMin {
 			r, fr, sr := b.verdict(h.n, h.fail, h.slo)
 			if r != 0 {
 				tr = b.moveLocked(Open, r, fr, sr)
@@ -332,34 +373,70 @@ func (b *Breaker) verdict(n, fail, slow int32) (Reason, float64, float64) {
 	return 0, fr, sr
 }
 
-// moveLocked starts a new generation in state to. b.mu must be held.
+// moveLocked starts a new generation in state to. b.mu must be held. An
+// OPEN state waits the next wait of the backoff (see openWait).
 func (b *Breaker) moveLocked(to State, r Reason, fr, sr float64) Transition {
+	var wait time.Duration
+	if to == Open {
+		b.extLocked().openings++
+		wait = b.openWait()
+	}
+	return b.moveForLocked(to, r, fr, sr, wait)
+}
+
+// moveForLocked is moveLocked with the wait of an OPEN state given.
+func (b *Breaker) moveForLocked(to State, r Reason, fr, sr float64, wait time.Duration) Transition {
 	old := b.word.Load()
 	gen := old>>8 + 1
 	b.word.Store(gen<<8 | uint64(to))
 	b.clean.Store(false)
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
+	b.notPermitted.Store(0)
+	if b.ext != nil && b.ext.timer != nil {
+		b.ext.timer.Stop()
+		b.ext.timer = nil
 	}
 	if from := State(old & stateMask); to == Closed || to == MetricsOnly || to == HalfOpen || from == HalfOpen {
 		b.clearWindow()
 	}
 	switch to {
+	case Closed:
+		if b.ext != nil {
+			b.ext.openings = 0
+		}
 	case Open:
-		b.timer = time.AfterFunc(b.set.Value().waitOpen, func() { b.onTimer(gen) })
+		x := b.extLocked()
+		x.openUntil = clock.Now() + int64(wait)
+		x.timer = time.AfterFunc(wait, func() { b.onTimer(gen) })
 	case HalfOpen:
 		b.issued = 0
 		if b.set.Value().maxHalf > 0 {
-			b.timer = time.AfterFunc(b.set.Value().maxHalf, func() { b.onTimer(gen) })
+			b.extLocked().timer = time.AfterFunc(b.set.Value().maxHalf, func() { b.onTimer(gen) })
 		}
 	}
 	return Transition{From: State(old & stateMask), To: to, Reason: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
 }
 
+// openWait returns the wait of the b.ext.openings-th opening since the breaker
+// was CLOSED: WaitInOpen × WaitInOpenMultiplier^(openings−1), at most
+// MaxWaitInOpen, spread by WaitInOpenJitter. b.mu must be held.
+func (b *Breaker) openWait() time.Duration {
+	s := b.set.Value()
+	wait := float64(s.waitOpen)
+	for i := int32(1); i < b.ext.openings && wait < float64(s.maxOpen); i++ {
+		wait *= s.openMultiplier
+	}
+	if s.openMultiplier > 1 {
+		wait = min(wait, float64(s.maxOpen))
+	}
+	if s.openJitter > 0 {
+		wait *= 1 + s.openJitter*(2*rand.Float64()-1)
+	}
+	return time.Duration(max(wait, 1))
+}
+
 // bits returns the count window's bitsets.
 func (b *Breaker) bits() []uint64 {
-	if b.ext != nil {
+	if b.ext != nil && b.ext.bits != nil {
 		return b.ext.bits
 	}
 	return b.count.inline[:]
@@ -382,6 +459,9 @@ func (b *Breaker) onTimer(gen uint64) {
 	if w := b.word.Load(); w>>8 == gen {
 		switch State(w & stateMask) {
 		case Open:
+			if clock.Now() < b.ext.openUntil {
+				break // OpenFor extended the wait after the timer fired: it fires again then
+			}
 			tr = b.moveLocked(HalfOpen, ReasonWaitElapsed, 0, 0)
 		case HalfOpen:
 			tr = b.moveLocked(Open, ReasonHalfOpenTimeout, 0, 0)
@@ -404,49 +484,114 @@ func (b *Breaker) notify(tr Transition) {
 // permits given out before are ignored. Use it for operator overrides
 // (ForcedOpen, Disabled, MetricsOnly) and to reset (Closed, with an empty
 // window). Moving to Open starts the wait for HALF_OPEN as usual.
-func (b *Breaker) SetState(s State) {
+//
+// As in Resilience4j, CLOSED cannot move to HALF_OPEN, nor METRICS_ONLY to
+// OPEN or HALF_OPEN: SetState then returns a *TransitionError and changes
+// nothing. Setting the state the breaker is in starts it afresh (a CLOSED
+// breaker with an empty window, a new wait in OPEN) but is no transition:
+// OnStateChange is not called.
+func (b *Breaker) SetState(s State) error {
 	if s > MetricsOnly {
-		panic(fmt.Sprintf("circuit: SetState(%v): no such state", s))
+		return fmt.Errorf("circuit: SetState(%v): no such state", s)
 	}
 	b.mu.Lock()
+	from := State(b.word.Load() & stateMask)
+	if from == Closed && s == HalfOpen || from == MetricsOnly && (s == Open || s == HalfOpen) {
+		b.mu.Unlock()
+		return &TransitionError{From: from, To: s}
+	}
 	tr := b.moveLocked(s, ReasonManual, 0, 0)
 	b.mu.Unlock()
-	b.notify(tr)
+	if from != s {
+		b.notify(tr)
+	}
+	return nil
 }
 
-// Metrics is a snapshot of a breaker.
+// OpenFor opens the breaker for d, instead of its own wait in OPEN:
+// Resilience4j's transitionToOpenStateFor, for an upstream that asked for a
+// pause (a Retry-After). Trial calls follow in HALF_OPEN as usual. An OPEN
+// breaker stays OPEN until the later of its own end and d from now. In a
+// state an operator set (DISABLED, FORCED_OPEN, METRICS_ONLY) it does
+// nothing; it reports whether the breaker is OPEN for d.
+func (b *Breaker) OpenFor(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	var tr Transition
+	switch State(b.word.Load() & stateMask) {
+	case Open:
+		if until := clock.Now() + int64(d); until > b.ext.openUntil {
+			b.ext.openUntil = until
+			b.ext.timer.Reset(d)
+		}
+	case Closed, HalfOpen:
+		tr = b.moveForLocked(Open, ReasonOpenFor, 0, 0, d)
+	default:
+		b.mu.Unlock()
+		return false
+	}
+	b.mu.Unlock()
+	b.notify(tr)
+	return true
+}
+
+// Metrics is a snapshot of a breaker, with what Resilience4j's
+// CircuitBreaker.Metrics reports.
 type Metrics struct {
 	State State
 	// Calls, Failed and Slow count the outcomes in the current window: the
 	// sliding window in CLOSED and METRICS_ONLY, the trial calls in
-	// HALF_OPEN. The window is emptied when the breaker enters CLOSED,
-	// METRICS_ONLY or HALF_OPEN, and when it leaves HALF_OPEN; in the other
-	// states it keeps what it held when they were entered (in OPEN after
-	// CLOSED, the window that opened the breaker; after failed trials,
-	// nothing).
+	// HALF_OPEN (Resilience4j's buffered, failed and slow calls). The
+	// window is emptied when the breaker enters CLOSED, METRICS_ONLY or
+	// HALF_OPEN, and when it leaves HALF_OPEN; in the other states it keeps
+	// what it held when they were entered (in OPEN after CLOSED, the window
+	// that opened the breaker; after failed trials, nothing).
 	Calls, Failed, Slow int
+	// FailureRate and SlowCallRate are the percentages of failed and of
+	// slow calls among Calls, or -1 while Calls is below the minimum number
+	// of calls (MinimumCalls; in HALF_OPEN, the trial calls that decide).
+	FailureRate, SlowCallRate float64
+	// NotPermitted counts the calls refused in the current state: while
+	// OPEN or FORCED_OPEN, and in HALF_OPEN with every trial slot taken.
+	NotPermitted int64
 	// TrialsInFlight is the number of HALF_OPEN trial permits not yet
 	// resolved.
 	TrialsInFlight int
-	Generation     uint64
+	// Openings counts the openings since the breaker was last CLOSED (the
+	// wait in OPEN backs off with it, see Config.WaitInOpenMultiplier).
+	Openings   int
+	Generation uint64
 }
 
-// Metrics returns a snapshot.
+// Metrics returns a snapshot. It costs a lock, never the admission path.
 func (b *Breaker) Metrics() Metrics {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.word.Load()
-	m := Metrics{State: State(w & stateMask), Generation: w >> 8}
+	s := b.set.Value()
+	m := Metrics{State: State(w & stateMask), Generation: w >> 8, NotPermitted: b.notPermitted.Load()}
+	if b.ext != nil {
+		m.Openings = int(b.ext.openings)
+	}
+	minimum := s.minCalls
 	switch {
 	case m.State == HalfOpen:
 		m.Calls, m.Failed, m.Slow = int(b.count.n), int(b.count.fail), int(b.count.slo)
 		m.TrialsInFlight = int(b.issued - b.count.n)
-	case b.set.Value().windowType == TimeBased:
+		minimum = s.halfMin
+	case s.windowType == TimeBased:
 		tw := &b.ext.time
 		tw.advance(floorDiv(clock.Now(), 1e9))
 		m.Calls, m.Failed, m.Slow = int(tw.n), int(tw.fail), int(tw.slo)
 	default:
 		m.Calls, m.Failed, m.Slow = int(b.count.n), int(b.count.fail), int(b.count.slo)
+	}
+	m.FailureRate, m.SlowCallRate = -1, -1
+	if m.Calls > 0 && m.Calls >= int(minimum) {
+		m.FailureRate = float64(m.Failed) * 100 / float64(m.Calls)
+		m.SlowCallRate = float64(m.Slow) * 100 / float64(m.Calls)
 	}
 	return m
 }

@@ -39,8 +39,9 @@ type Config struct {
 	// in (0, 100], at or above which the breaker opens. Default 100.
 	SlowCallRateThreshold float64
 
-	// SlowCallDuration is the duration from which a call counts as slow,
-	// whether it succeeded or failed. Default 60s.
+	// SlowCallDuration is the duration above which a call counts as slow,
+	// whether it succeeded or failed: a call that lasts exactly this long
+	// is not slow. Default 60s.
 	SlowCallDuration time.Duration
 
 	// WindowType selects a count-based (default) or time-based window.
@@ -56,12 +57,31 @@ type Config struct {
 	MinimumCalls int
 
 	// WaitInOpen is how long the breaker stays OPEN before it moves to
-	// HALF_OPEN on its own. Default 60s.
+	// HALF_OPEN on its own: the first time it opens after being CLOSED.
+	// Default 60s.
 	WaitInOpen time.Duration
 
+	// WaitInOpenMultiplier makes the wait in OPEN back off: each opening
+	// since the breaker was last CLOSED (a failed round of trial calls
+	// reopens it) waits WaitInOpenMultiplier times the one before, up to
+	// MaxWaitInOpen, so that a long outage is probed less and less often.
+	// Zero or 1 means a fixed wait (the default); otherwise at least 1.
+	WaitInOpenMultiplier float64
+
+	// MaxWaitInOpen bounds a wait in OPEN that backs off, before
+	// WaitInOpenJitter spreads it (so that clients at the cap do not probe
+	// in lockstep either). Zero means 20 times WaitInOpen.
+	MaxWaitInOpen time.Duration
+
+	// WaitInOpenJitter spreads each wait in OPEN uniformly over ±
+	// WaitInOpenJitter of itself, in [0, 1), so that a fleet of clients
+	// does not probe a recovering upstream in lockstep. Default 0.
+	WaitInOpenJitter float64
+
 	// PermittedCallsInHalfOpen is the number of trial calls allowed in
-	// HALF_OPEN; the breaker decides once that many have finished.
-	// Default 10.
+	// HALF_OPEN. The breaker decides once the smaller of it and
+	// MinimumCalls have finished, on the rates of those finished so far, as
+	// Resilience4j does. Default 10.
 	PermittedCallsInHalfOpen int
 
 	// MaxWaitInHalfOpen bounds the time spent in HALF_OPEN: when it passes
@@ -72,9 +92,17 @@ type Config struct {
 	// not recommended.
 	MaxWaitInHalfOpen time.Duration
 
+	// StartState is the state a new breaker starts in: Closed (the
+	// default), or a state an operator would set — Disabled (admits,
+	// records nothing), MetricsOnly (records, never opens) or ForcedOpen —
+	// so that breakers can be rolled out observing first.
+	StartState State
+
 	// OnStateChange, if set, is called after every state transition,
 	// outside the breaker's lock, possibly concurrently and possibly after
-	// a later transition has happened. A panic in it is recovered.
+	// a later transition has happened. A panic in it is recovered. A
+	// transition to the state the breaker is already in (SetState of the
+	// current state) is not one.
 	OnStateChange func(Transition)
 }
 
@@ -86,8 +114,13 @@ type settings struct {
 	windowSize       int32
 	minCalls         int32
 	waitOpen         time.Duration
+	openMultiplier   float64 // 1: a fixed wait
+	maxOpen          time.Duration
+	openJitter       float64
 	permitted        int32
+	halfMin          int32         // trial calls after which HALF_OPEN decides: min(permitted, minCalls)
 	maxHalf          time.Duration // <0: forever
+	start            State
 }
 
 func (c Config) settings() (settings, error) {
@@ -151,6 +184,24 @@ func (c Config) settings() (settings, error) {
 	}
 	if s.permitted, err = count("PermittedCallsInHalfOpen", c.PermittedCallsInHalfOpen, 10); err != nil {
 		return s, err
+	}
+	s.halfMin = min(s.permitted, s.minCalls)
+	s.openMultiplier = orF(c.WaitInOpenMultiplier, 1)
+	s.maxOpen = orD(c.MaxWaitInOpen, 20*s.waitOpen)
+	s.openJitter = c.WaitInOpenJitter
+	switch {
+	case !(s.openMultiplier >= 1) || math.IsInf(s.openMultiplier, 0):
+		return s, fmt.Errorf("circuit: Config.WaitInOpenMultiplier must be 0 or at least 1, got %v", c.WaitInOpenMultiplier)
+	case c.MaxWaitInOpen < 0 || c.MaxWaitInOpen > 0 && c.MaxWaitInOpen < s.waitOpen:
+		return s, fmt.Errorf("circuit: Config.MaxWaitInOpen must be 0 or at least WaitInOpen (%v), got %v", s.waitOpen, c.MaxWaitInOpen)
+	case !(s.openJitter >= 0 && s.openJitter < 1):
+		return s, fmt.Errorf("circuit: Config.WaitInOpenJitter must be in [0, 1), got %v", c.WaitInOpenJitter)
+	}
+	switch c.StartState {
+	case Closed, Disabled, MetricsOnly, ForcedOpen:
+		s.start = c.StartState
+	default:
+		return s, fmt.Errorf("circuit: Config.StartState must be CLOSED, DISABLED, METRICS_ONLY or FORCED_OPEN, got %v", c.StartState)
 	}
 	return s, nil
 }
