@@ -144,12 +144,19 @@ func (c *call) run() (*http.Response, error) {
 		resp, err := c.t.attempts.AttemptOn(actx, c.route, c.req,
 			attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable})
 		a := record(resp, err, time.Duration(clock.Now()-start))
+		opened := resp != nil && c.t.openOnRetryAfter != nil && c.openOnRetryAfter(resp)
 		if a.Category == classify.Ambiguous {
 			c.dropHeld() // this attempt may have reached the upstream: the earlier answer is no longer the call's
 		}
 		final := err == nil && !c.t.retryable(resp.StatusCode)
 
 		d := c.decide(n, a, resp, final, transparent)
+		if d.Retry && opened {
+			// Every call to the upstream is refused until then: waiting
+			// to retry would hold the caller for the whole pause, for an
+			// attempt the breaker lets through only as a trial, if at all.
+			d = retry.Decision{Reason: retry.CircuitOpened}
+		}
 		if d.Retry && resp != nil && !c.hold(resp) {
 			d = retry.Decision{Reason: retry.AnswerTooLarge}
 		}
@@ -237,6 +244,25 @@ func (c *call) dropHeld() {
 		c.held.Body.Close()
 		c.held = nil
 	}
+}
+
+// openOnRetryAfter opens the upstream's breaker for the Retry-After of an
+// answer whose status Config.OpenOnRetryAfter accepts, at most
+// MaxRetryAfter: the upstream said how long it is down. It reports whether
+// the breaker is OPEN for that long (not in a state an operator set).
+func (c *call) openOnRetryAfter(resp *http.Response) bool {
+	v := resp.Header.Get("Retry-After")
+	if v == "" || !c.t.openOnRetryAfter(resp.StatusCode) {
+		return false
+	}
+	d, capped, ok := retry.ParseRetryAfter(v, time.Now(), c.t.maxRetryAfter)
+	if !ok {
+		return false
+	}
+	if capped {
+		d = c.t.maxRetryAfter
+	}
+	return c.route.Pipeline().Breaker().OpenFor(min(d, c.t.maxRetryAfter))
 }
 
 // contextReason names why a call's context ended during an attempt.

@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
@@ -47,6 +49,22 @@ type Config struct {
 	// IsFailure says which answers the breaker records as upstream
 	// failures. Nil means 500, 502, 503 and 504.
 	IsFailure func(*http.Response) bool
+
+	// BreakerRecords says which failed attempts (no answer, or an answer
+	// whose body failed) the breaker records as upstream failures, by
+	// stage, category and evidence. Nil means attempt.DefaultBreakerRecords.
+	// See attempt.Config.BreakerRecords.
+	BreakerRecords func(*classify.Error) bool
+
+	// OpenOnRetryAfter, if set, lets the upstream say when it is down: an
+	// answer whose status it accepts (say 503, or 429) and that carries a
+	// Retry-After opens the upstream's breaker for that long — at most
+	// MaxRetryAfter — instead of waiting for failures to accumulate (the
+	// circuit.Breaker's OpenFor). Trial calls follow as usual. The call
+	// that got the answer ends with it at once (reason
+	// retry.CircuitOpened) rather than waiting to retry, since every call
+	// to the upstream is refused until then. Nil means off.
+	OpenOnRetryAfter func(status int) bool
 
 	// RetryableStatus says which answers may be retried (idempotent requests
 	// only). Nil means 408, 429, 500, 502, 503 and 504.
@@ -134,6 +152,8 @@ type Transport struct {
 	idemKeys       bool
 	hooks          Hooks
 
+	openOnRetryAfter func(int) bool
+
 	budgets sync.Map // upstream key -> *retry.Budget
 }
 
@@ -151,7 +171,8 @@ func New(cfg Config) (*Transport, error) {
 	t := &Transport{}
 	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
-		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget})
+		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget,
+		BreakerRecords: cfg.BreakerRecords})
 	if err != nil {
 		return nil, fmt.Errorf("outbound: %w", err)
 	}
@@ -172,7 +193,8 @@ func New(cfg Config) (*Transport, error) {
 	}
 	*t = Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
-		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks}
+		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks,
+		openOnRetryAfter: cfg.OpenOnRetryAfter}
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}
@@ -188,6 +210,12 @@ func New(cfg Config) (*Transport, error) {
 // Attempts returns the single-attempt layer, for inspection of the
 // upstreams' guards (Attempts().Pipeline(key)).
 func (t *Transport) Attempts() *attempt.Transport { return t.attempts }
+
+// Breakers returns a snapshot of the breaker of every upstream whose state
+// is kept, by upstream key: state and generation, the buffered, failed,
+// slow and not-permitted calls, and the failure and slow-call rates (-1
+// below the minimum number of calls), as Resilience4j reports them.
+func (t *Transport) Breakers() map[string]circuit.Metrics { return t.attempts.Breakers() }
 
 // Budget returns the retry budget of the upstream named key, and whether
 // there is one: false for a key that never had a call, or whose state was

@@ -1,10 +1,12 @@
 package attempt_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -111,6 +113,44 @@ func TestAnOpenBreakersUpstreamIsNeverForgottenAndARecoveredOneIs(t *testing.T) 
 			t.Fatalf("the next call: %v", err)
 		}
 	})
+}
+
+// Breakers that start METRICS_ONLY (or DISABLED) do not keep their upstreams
+// for ever: an upstream whose breaker is still in the state it started in is
+// forgotten when idle, as a CLOSED one is; one an operator moved to another
+// state is kept.
+func TestUpstreamsWhoseBreakersStartOutsideClosedAreStillForgotten(t *testing.T) {
+	for _, start := range []circuit.State{circuit.MetricsOnly, circuit.Disabled} {
+		t.Run(start.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				u := &pipeUpstream{}
+				var f forgetting
+				tr, err := attempt.New(attempt.Config{
+					Transport:        &http.Transport{DialContext: u.dial},
+					Admission:        admission.Config{Circuit: circuit.Config{StartState: start}},
+					UpstreamIdleTime: time.Minute,
+					OnForget:         f.on,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				for _, h := range []string{"a", "b"} {
+					if err := tryGet(tr, "http://"+h+".test/"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := pipelineOf(t, tr, "http://b.test:80").Breaker().SetState(circuit.ForcedOpen); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				if got := f.got(); !slices.Equal(got, []string{"http://a.test:80"}) || !slices.Equal(tr.Upstreams(), []string{"http://b.test:80"}) {
+					t.Fatalf("after an idle hour: forgotten %v, kept %v; want a forgotten, b (FORCED_OPEN) kept", got, tr.Upstreams())
+				}
+			})
+		})
+	}
 }
 
 // A bulkhead slot held, or a rate token still owed, keeps an upstream: the
@@ -412,4 +452,50 @@ func TestTheTransportsIdleConnTimeoutIsHonoured(t *testing.T) {
 			t.Fatalf("%d connections open after the Transport's IdleConnTimeout", u.open())
 		}
 	})
+}
+
+// A call is slow by the time its answer's headers take, not by the time the
+// caller then spends reading the body: a body streamed for a minute is the
+// caller's pace (or the size of the answer), not the upstream's slowness.
+func TestACallIsSlowByTheTimeToItsResponseHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		headers, body time.Duration
+		slow          int
+	}{
+		{"headers at once, the body over 10 s", 0, 10 * time.Second, 0},
+		{"headers after 2 s", 2 * time.Second, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				dial := func(context.Context, string, string) (net.Conn, error) {
+					client, server := net.Pipe()
+					go func() {
+						defer server.Close()
+						r := bufio.NewReader(server)
+						if _, err := http.ReadRequest(r); err != nil {
+							return
+						}
+						time.Sleep(tc.headers)
+						io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\no")
+						time.Sleep(tc.body)
+						io.WriteString(server, "k")
+					}()
+					return client, nil
+				}
+				tr, err := attempt.New(attempt.Config{Transport: &http.Transport{DialContext: dial},
+					Admission: admission.Config{Circuit: circuit.Config{SlowCallDuration: time.Second}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				if err := tryGet(tr, "http://upstream.test/"); err != nil {
+					t.Fatal(err)
+				}
+				if m := pipelineOf(t, tr, "http://upstream.test:80").Breaker().Metrics(); m.Calls != 1 || m.Slow != tc.slow {
+					t.Fatalf("%+v, want 1 call, %d slow", m, tc.slow)
+				}
+			})
+		})
+	}
 }

@@ -115,6 +115,27 @@ type Config struct {
 	// state is forgotten, outside every lock, so that state kept elsewhere
 	// per upstream (a retry budget, metrics) can be forgotten with it.
 	OnForget func(key string)
+
+	// BreakerRecords says which failed attempts the breaker records as
+	// upstream failures, by what the failure proves (its stage, category,
+	// evidence and cause): for example to count Ambiguous failures and
+	// refused connections but not a DNS name that does not exist, or to
+	// count a refused TLS certificate. It is asked for every attempt that
+	// reached for the upstream and failed without an answer, and for an
+	// answer whose body failed; an attempt it declines is released (neither
+	// success nor failure). It is not asked for attempts the caller
+	// cancelled, that were refused locally, or that waited in vain for a
+	// connection. Nil means DefaultBreakerRecords.
+	BreakerRecords func(*classify.Error) bool
+}
+
+// DefaultBreakerRecords records every failed attempt but those that say
+// nothing of the upstream's health: lifecycle failures (classify.Lifecycle:
+// a graceful GOAWAY, the keep-alive race) and refused TLS handshakes, which
+// would fail the same way every time and which the breaker could only hide
+// behind "circuit open".
+func DefaultBreakerRecords(e *classify.Error) bool {
+	return !e.Lifecycle && e.Evidence != classify.EvidenceTLSRefused
 }
 
 // DefaultIsFailure reports whether resp has status 500, 502, 503 or 504.
@@ -142,6 +163,7 @@ type Transport struct {
 	keep            time.Duration // UpstreamIdleTime; negative: forever
 	maxUpstreams    int
 	onForget        func(string)
+	records         func(*classify.Error) bool
 
 	idle  idleList      // idle connections across every address (MaxIdleConns)
 	epoch atomic.Uint32 // sweeps so far
@@ -221,6 +243,7 @@ func New(cfg Config) (*Transport, error) {
 		keep:            cmp.Or(cfg.UpstreamIdleTime, defaultUpstreamIdleTime),
 		maxUpstreams:    cfg.MaxUpstreams,
 		onForget:        cfg.OnForget,
+		records:         cfg.BreakerRecords,
 		upstreams:       map[string]*upstream{},
 		routes:          map[hostKey]*Route{},
 		customKey:       cfg.UpstreamKey != nil,
@@ -231,6 +254,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if t.key == nil {
 		t.key = DefaultUpstreamKey
+	}
+	if t.records == nil {
+		t.records = DefaultBreakerRecords
 	}
 	if t.isFailure == nil {
 		t.isFailure = DefaultIsFailure
@@ -324,26 +350,24 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		if errors.As(err, &de) {
 			stage = de.stage
 		}
-		ev := classify.EvidenceNoConnection
+		ce := &classify.Error{Upstream: key, Stage: stage, Category: classify.NotSent,
+			Evidence: classify.EvidenceNoConnection, Err: withCause(ctx, err)}
 		var cl *connLimitError
 		switch {
 		case errors.As(err, &cl):
 			// It waited for MaxConnsPerHost to allow a connection and gave
 			// up: it wrote nothing, and the upstream is not to blame.
-			ev = classify.EvidenceConnLimit
+			ce.Evidence = classify.EvidenceConnLimit
 			pm.Cancel()
 		case callerCancelled(ctx) || err == errPoolClosed:
 			pm.Cancel()
-		case classify.TLSRefused(err):
-			// It would fail the same way for every attempt; the breaker
-			// could only hide its cause behind "circuit open".
-			ev = classify.EvidenceTLSRefused
-			pm.Release()
 		default:
-			pm.Failure(time.Duration(clock.Now() - start))
+			if classify.TLSRefused(err) {
+				ce.Evidence = classify.EvidenceTLSRefused
+			}
+			t.resolveFailed(&pm, ce, start)
 		}
-		return nil, &classify.Error{Upstream: key, Stage: stage, Category: classify.NotSent,
-			Evidence: ev, Err: withCause(ctx, err)}
+		return nil, ce
 	}
 
 	var wrote *wroteFlag
@@ -372,18 +396,17 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		if ev == classify.EvidenceGoAwayAbove {
 			c.above.Add(1)
 		}
-		if callerCancelled(ctx) || lifecycle {
-			// Says nothing about the upstream's health: the caller gave
-			// up, or the connection's life ended it (see classify.Lifecycle).
-			pm.Release()
+		ce := &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev,
+			Lifecycle: lifecycle, Err: withCause(ctx, err)}
+		if callerCancelled(ctx) {
+			pm.Release() // the caller gave up: it says nothing about the upstream
 		} else {
-			pm.Failure(time.Duration(clock.Now() - start))
+			t.resolveFailed(&pm, ce, start)
 		}
 		if c.cc.Err() != nil {
 			p.retire(c)
 		}
-		return nil, &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev,
-			Lifecycle: lifecycle, Err: withCause(ctx, err)}
+		return nil, ce
 	}
 	if resp.ProtoMajor == 2 {
 		c.answered.Add(1)
@@ -397,7 +420,7 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		finish(&pm, failed, elapsed)
 		return resp, nil
 	}
-	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key, records: t.records}
 	if ctx.Done() != nil {
 		// The exchange ends with the attempt's context, whether or not the
 		// caller ever closes the body: the permit comes back then. (The
@@ -414,6 +437,16 @@ func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 type wroteFlag struct{ atomic.Bool }
 
 func (w *wroteFlag) set() { w.Store(true) }
+
+// resolveFailed resolves the permit of a failed attempt: a failure if the
+// breaker records it (Config.BreakerRecords), else a release.
+func (t *Transport) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) {
+	if t.records(ce) {
+		pm.Failure(time.Duration(clock.Now() - start))
+	} else {
+		pm.Release()
+	}
+}
 
 func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
 	if failed {
@@ -454,7 +487,8 @@ type body struct {
 	upstream string
 	failed   bool
 	elapsed  time.Duration
-	stop     func() bool // stops the context.AfterFunc, if one was set
+	stop     func() bool                // stops the context.AfterFunc, if one was set
+	records  func(*classify.Error) bool // Config.BreakerRecords
 
 	// closing is set before the caller's Close closes rc: a Read that
 	// fails from then on fails because of it, not because of the upstream.
@@ -475,15 +509,25 @@ func (b *body) Read(p []byte) (int, error) {
 		// The caller closed the body, perhaps from another goroutine,
 		// while this Read was in progress.
 		b.end(b.failed, false)
+	case callerCancelled(b.ctx):
+		b.end(false, true)
 	default:
-		cancelled := callerCancelled(b.ctx)
-		b.end(true, cancelled)
-		if !cancelled {
-			err = &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
-				Evidence: classify.EvidenceStatus, Err: withCause(b.ctx, err)}
-		}
+		ce := &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
+			Evidence: classify.EvidenceStatus, Err: withCause(b.ctx, err)}
+		b.endFailed(ce)
+		err = ce
 	}
 	return n, err
+}
+
+// endFailed ends the exchange for a body that failed: a failure if the
+// breaker records it, else a release.
+func (b *body) endFailed(ce *classify.Error) {
+	if b.records(ce) {
+		b.end(true, false)
+	} else {
+		b.end(false, true)
+	}
 }
 
 func (b *body) Close() error {
@@ -498,8 +542,12 @@ func (b *body) Close() error {
 // is neither. The body is closed, which frees its connection; a later Read
 // fails with the context's cause.
 func (b *body) contextDone() {
-	timedOut := !callerCancelled(b.ctx)
-	b.end(timedOut, !timedOut)
+	if callerCancelled(b.ctx) {
+		b.end(false, true)
+	} else {
+		b.endFailed(&classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
+			Evidence: classify.EvidenceStatus, Err: ErrAttemptTimeout})
+	}
 	b.rc.Close()
 }
 

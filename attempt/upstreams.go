@@ -23,11 +23,12 @@ import (
 // forgets what is idle.
 //
 // An upstream is forgotten after UpstreamIdleTime without an attempt, if it
-// holds nothing worth keeping: its breaker is CLOSED (never OPEN, HALF_OPEN
-// or a state an operator set), no bulkhead slot is held, and its rate
+// holds nothing worth keeping: its breaker is in the state it started in
+// (CLOSED unless circuit.Config.StartState says otherwise; never OPEN,
+// HALF_OPEN or another state an operator set), no bulkhead slot is held, and its rate
 // limiter has every token back (a new one would allow no more). An address's
 // pool is forgotten after the same time if it has no connection. A forgotten
-// upstream starts afresh: a CLOSED breaker's window is forgotten with it,
+// upstream starts afresh: a CLOSED (or METRICS_ONLY) breaker's window is forgotten with it,
 // since outcomes older than UpstreamIdleTime are not recent. Forgetting is
 // done by a sweeper, a timer that runs every quarter of UpstreamIdleTime
 // while anything is kept: an attempt only records the sweep it happened in
@@ -210,6 +211,21 @@ func (t *Transport) Upstreams() []string {
 	return keys
 }
 
+// Breakers returns a snapshot of the breaker of every upstream kept, by key.
+func (t *Transport) Breakers() map[string]circuit.Metrics {
+	t.mu.RLock()
+	ps := make(map[string]*admission.Pipeline, len(t.upstreams))
+	for k, u := range t.upstreams {
+		ps[k] = u.pipeline
+	}
+	t.mu.RUnlock()
+	out := make(map[string]circuit.Metrics, len(ps))
+	for k, p := range ps {
+		out[k] = p.Breaker().Metrics()
+	}
+	return out
+}
+
 // upstreamLocked returns the upstream named key, creating it (within
 // MaxUpstreams) if needed; t.mu must be held for writing.
 func (t *Transport) upstreamLocked(key string) (*upstream, error) {
@@ -273,9 +289,9 @@ func (t *Transport) armSweeperLocked() {
 
 // forgettable reports whether u holds nothing worth keeping (see the
 // comment at the top of this file).
-func forgettable(u *upstream) bool {
+func (t *Transport) forgettable(u *upstream) bool {
 	p := u.pipeline
-	return p.Breaker().State() == circuit.Closed && p.Bulkhead().InUse() == 0 && p.Limiter().Full()
+	return p.Breaker().State() == t.admission.Circuit.StartState && p.Bulkhead().InUse() == 0 && p.Limiter().Full()
 }
 
 // sweep forgets what has been idle for the idle time, and arms itself again
@@ -285,7 +301,7 @@ func (t *Transport) sweep() {
 	t.mu.Lock()
 	var forgotten []string
 	for key, u := range t.upstreams {
-		if u.used.idleSince(epoch) && forgettable(u) {
+		if u.used.idleSince(epoch) && t.forgettable(u) {
 			t.forgetLocked(u)
 			forgotten = append(forgotten, key)
 		}
@@ -316,7 +332,7 @@ func (t *Transport) sweep() {
 func (t *Transport) makeRoomLocked() bool {
 	var candidates []*upstream
 	for _, u := range t.upstreams {
-		if forgettable(u) {
+		if t.forgettable(u) {
 			candidates = append(candidates, u)
 		}
 	}

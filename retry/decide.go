@@ -113,6 +113,7 @@ const (
 	DeadlineExceeded                           // the call's deadline expired during an attempt
 	Cancelled                                  // the caller cancelled the call during an attempt
 	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
+	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
 )
 
 var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", LocalRejection: "rejected locally",
@@ -123,7 +124,7 @@ var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", Loca
 	BodyUnavailable: "GetBody failed", Transparent: "transparent retry (the connection's life, not the upstream)",
 	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
 	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
-	AnswerTooLarge: "answer too large to keep while retrying"}
+	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {
