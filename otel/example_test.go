@@ -50,6 +50,11 @@ func ExampleHooks_prometheus() {
 		log.Fatal(err)
 	}
 	defer t.Close()
+	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer breakers.Unregister()
 	client := &http.Client{Transport: t}
 	for range 3 {
 		resp, err := client.Get(upstream.URL + "/orders")
@@ -74,7 +79,7 @@ func ExampleHooks_prometheus() {
 	for sc.Scan() {
 		line := r.Replace(sc.Text())
 		for _, name := range []string{"outbound_attempts_total", "outbound_calls_total", "outbound_retries_total",
-			"outbound_breaker_state{", "http_client_request_duration_seconds_count"} {
+			"outbound_breaker_state{", "outbound_breaker_failure_rate", "outbound_breaker_buffered_calls", "http_client_request_duration_seconds_count"} {
 			if strings.HasPrefix(line, name) {
 				fmt.Println(line)
 			}
@@ -84,6 +89,8 @@ func ExampleHooks_prometheus() {
 	// http_client_request_duration_seconds_count{http_request_method="GET",http_response_status_code="200",server_address="127.0.0.1",server_port="PORT",url_scheme="http"} 3
 	// http_client_request_duration_seconds_count{error_type="503",http_request_method="GET",http_response_status_code="503",server_address="127.0.0.1",server_port="PORT",url_scheme="http"} 1
 	// outbound_attempts_total{outbound_category="Answered",outbound_upstream="http://127.0.0.1:PORT"} 4
+	// outbound_breaker_buffered_calls{outbound_upstream="http://127.0.0.1:PORT"} 4
+	// outbound_breaker_failure_rate_percent{outbound_upstream="http://127.0.0.1:PORT"} -1
 	// outbound_breaker_state{outbound_state="CLOSED",outbound_upstream="http://127.0.0.1:PORT"} 1
 	// outbound_breaker_state{outbound_state="DISABLED",outbound_upstream="http://127.0.0.1:PORT"} 0
 	// outbound_breaker_state{outbound_state="FORCED_OPEN",outbound_upstream="http://127.0.0.1:PORT"} 0

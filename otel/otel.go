@@ -8,6 +8,10 @@
 //		return err
 //	}
 //	t, err := outbound.New(outbound.Config{Hooks: hooks})
+//	if err != nil {
+//		return err
+//	}
+//	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp))
 //
 // To log as well, compose: outbound.ComposeHooks(hooks, outbound.SlogHooks(l)).
 //
@@ -64,11 +68,6 @@
 //   - outbound.rejections (counter, "{attempt}"): attempts refused by a
 //     local guard, by outbound.upstream and outbound.guard ("circuit",
 //     "rate", "bulkhead").
-//   - outbound.breaker.state (gauge, "{state}"): per outbound.upstream and
-//     outbound.state ("CLOSED", "OPEN", "HALF_OPEN", "DISABLED",
-//     "FORCED_OPEN", "METRICS_ONLY"), 1 for the breaker's current state and
-//     0 for the others. It is maintained from the breaker's transitions; an
-//     upstream appears, CLOSED, with its first call.
 //   - outbound.retries (counter, "{retry}"): retries scheduled, by
 //     outbound.upstream.
 //   - outbound.retry.declined (counter, "{retry}"): retries not made after
@@ -94,8 +93,14 @@
 // quote the URL.
 //
 // Create the hooks once per Transport and keep them as long as it: the
-// instruments and the callback of outbound.breaker.state live as long as the
-// MeterProvider, and the gauge tracks one breaker per upstream key.
+// instruments live as long as the MeterProvider.
+//
+// # Breakers
+//
+// The breakers' state and figures (failure and slow-call rates, buffered,
+// failed, slow and not-permitted calls) are read from the Transport itself,
+// once it exists, at each collection, by ObserveBreakers (see it for the
+// instruments). Unregister what it returns when the Transport is closed.
 package outboundotel
 
 import (
@@ -104,7 +109,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -115,7 +119,6 @@ import (
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
-	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -178,10 +181,10 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 		c.tp = otel.GetTracerProvider()
 	}
 	r := &recorder{
-		tracer:   c.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
-		breakers: map[string]*breakerState{},
-		sets:     map[setKey]*measureOpts{},
-		upSets:   map[string][]setKey{},
+		tracer:    c.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		upstreams: map[string]trace.SpanStartOption{},
+		sets:      map[setKey]*measureOpts{},
+		upSets:    map[string][]setKey{},
 	}
 	m := c.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var errs error
@@ -201,16 +204,6 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 	r.declined = counter("outbound.retry.declined", "{retry}", "Retries not made, by reason.")
 	r.exhausted = counter("outbound.retry_budget.exhausted", "{retry}", "Retries declined by the retry budget.")
 	r.calls = counter("outbound.calls", "{call}", "Finished calls, by commit status.")
-	gauge, err := m.Int64ObservableGauge("outbound.breaker.state", metric.WithUnit("{state}"),
-		metric.WithDescription("Circuit breaker state: 1 for the current state, 0 for the others."))
-	errs = errors.Join(errs, err)
-	if err == nil {
-		_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			r.observeBreakers(o, gauge)
-			return nil
-		}, gauge)
-		errs = errors.Join(errs, err)
-	}
 	if errs != nil {
 		return outbound.Hooks{}, errs
 	}
@@ -236,8 +229,8 @@ type recorder struct {
 	exhausted  metric.Int64Counter
 	calls      metric.Int64Counter
 
-	bmu      sync.RWMutex
-	breakers map[string]*breakerState // by upstream
+	umu       sync.RWMutex
+	upstreams map[string]trace.SpanStartOption // outbound.upstream of call spans, by upstream
 
 	smu    sync.RWMutex
 	sets   map[setKey]*measureOpts
@@ -245,11 +238,11 @@ type recorder struct {
 }
 
 // forget drops what the recorder keeps for an upstream whose state the
-// Transport forgot: its breaker gauge and its cached attribute sets.
+// Transport forgot: its cached attributes.
 func (r *recorder) forget(upstream string) {
-	r.bmu.Lock()
-	delete(r.breakers, upstream)
-	r.bmu.Unlock()
+	r.umu.Lock()
+	delete(r.upstreams, upstream)
+	r.umu.Unlock()
 	r.smu.Lock()
 	for _, k := range r.upSets[upstream] {
 		delete(r.sets, k)
@@ -279,7 +272,7 @@ var (
 )
 
 func (r *recorder) callStart(ctx context.Context, c outbound.CallInfo) context.Context {
-	b := r.breaker(c.Upstream)
+	upAttr := r.upstreamAttr(c.Upstream)
 	method, known := knownMethod(c.Method)
 	st := &callState{attemptName: method}
 	attrs := append(st.attrs[:0], semconv.HTTPRequestMethodKey.String(method))
@@ -292,7 +285,7 @@ func (r *recorder) callStart(ctx context.Context, c outbound.CallInfo) context.C
 	}
 	attrs = append(attrs, semconv.URLScheme(c.Scheme))
 	common := trace.WithAttributes(attrs...)
-	st.callOpts = [...]trace.SpanStartOption{internalKind, b.spanAttr, common}
+	st.callOpts = [...]trace.SpanStartOption{internalKind, upAttr, common}
 	st.attemptOpts = [...]trace.SpanStartOption{clientKind, common, nil}
 	name, ok := callSpanNames[method]
 	if !known {
@@ -434,11 +427,8 @@ func (r *recorder) callDone(ctx context.Context, o *outcome.Outcome) {
 }
 
 func (r *recorder) guard(e admission.Event) {
-	switch e.Kind {
-	case admission.Reject:
+	if e.Kind == admission.Reject {
 		r.rejections.Add(context.Background(), 1, r.opts(setKey{kind: kindRejections, a: e.Upstream, n: int(e.Guard)}).add...)
-	case admission.Transition:
-		r.breaker(e.Upstream).move(e.Transition)
 	}
 }
 
@@ -478,65 +468,22 @@ func categoryName(c classify.Category) string {
 
 // The breaker gauge.
 
-// states are the breaker states the gauge reports.
-var states = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, circuit.Disabled, circuit.ForcedOpen, circuit.MetricsOnly}
-
-// breakerState is the last known state of an upstream's breaker.
-type breakerState struct {
-	word     atomic.Uint64 // generation<<8 | state, as in the breaker
-	opts     [len(states)][]metric.ObserveOption
-	spanAttr trace.SpanStartOption // outbound.upstream, for call spans
-}
-
-// breaker returns the state of upstream's breaker, registering it, CLOSED,
-// if it is new (a breaker starts CLOSED, in generation 0).
-func (r *recorder) breaker(upstream string) *breakerState {
-	r.bmu.RLock()
-	b := r.breakers[upstream]
-	r.bmu.RUnlock()
-	if b != nil {
-		return b
+// upstreamAttr returns the outbound.upstream attribute of upstream's call
+// spans, cached until the upstream is forgotten.
+func (r *recorder) upstreamAttr(upstream string) trace.SpanStartOption {
+	r.umu.RLock()
+	o, ok := r.upstreams[upstream]
+	r.umu.RUnlock()
+	if ok {
+		return o
 	}
-	r.bmu.Lock()
-	defer r.bmu.Unlock()
-	if b = r.breakers[upstream]; b == nil {
-		b = &breakerState{spanAttr: trace.WithAttributes(UpstreamKey.String(upstream))}
-		for i, s := range states {
-			b.opts[i] = []metric.ObserveOption{metric.WithAttributes(UpstreamKey.String(upstream), StateKey.String(s.String()))}
-		}
-		r.breakers[upstream] = b
+	o = trace.WithAttributes(UpstreamKey.String(upstream))
+	r.umu.Lock()
+	if len(r.upstreams) < maxSets {
+		r.upstreams[upstream] = o
 	}
-	return b
-}
-
-// move records t unless a later transition was recorded already:
-// transitions may be delivered late and out of order.
-func (b *breakerState) move(t circuit.Transition) {
-	next := t.Generation<<8 | uint64(t.To)
-	for {
-		old := b.word.Load()
-		if old>>8 >= t.Generation {
-			return
-		}
-		if b.word.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-func (r *recorder) observeBreakers(o metric.Observer, g metric.Int64ObservableGauge) {
-	r.bmu.RLock()
-	defer r.bmu.RUnlock()
-	for _, b := range r.breakers {
-		cur := circuit.State(b.word.Load() & 0xff)
-		for i, s := range states {
-			var v int64
-			if s == cur {
-				v = 1
-			}
-			o.ObserveInt64(g, v, b.opts[i]...)
-		}
-	}
+	r.umu.Unlock()
+	return o
 }
 
 // Attribute sets, cached.

@@ -58,6 +58,11 @@ func newEnv(t *testing.T, p outboundtest.Proto, cfg outbound.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.t.Close)
+	reg, err := outboundotel.ObserveBreakers(e.t, outboundotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Unregister() })
 	u, _ := url.Parse(e.s.URL)
 	e.host, e.upstream = u.Hostname(), e.s.URL
 	e.port, _ = strconv.Atoi(u.Port())
@@ -132,6 +137,28 @@ func sums(t *testing.T, ms map[string]metricdata.Metrics, name, unit string) map
 		}
 	default:
 		t.Fatalf("%s: data %T", name, m.Data)
+	}
+	return out
+}
+
+// rates returns the values of a Float64 gauge in percent by their
+// attributes.
+func rates(t *testing.T, ms map[string]metricdata.Metrics, name string) map[string]float64 {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		t.Fatalf("metric %s not recorded", name)
+	}
+	if m.Unit != "%" {
+		t.Errorf("%s: unit %q, want %%", name, m.Unit)
+	}
+	g, ok := m.Data.(metricdata.Gauge[float64])
+	if !ok {
+		t.Fatalf("%s: data %T", name, m.Data)
+	}
+	out := map[string]float64{}
+	for _, p := range g.DataPoints {
+		out[kvs(p.Attributes)] = p.Value
 	}
 	return out
 }
@@ -245,7 +272,15 @@ func TestMetricsOfA503Storm(t *testing.T) {
 		"outbound.state=DISABLED " + up: 0, "outbound.state=FORCED_OPEN " + up: 0, "outbound.state=METRICS_ONLY " + up: 0,
 	})
 
-	// The breaker's later states follow, whatever the order of delivery.
+	wantCounts(t, "outbound.breaker.failure_rate", rates(t, ms, "outbound.breaker.failure_rate"), map[string]float64{up: 100})
+	wantCounts(t, "outbound.breaker.slow_call_rate", rates(t, ms, "outbound.breaker.slow_call_rate"), map[string]float64{up: 0})
+	for name, want := range map[string]int64{"outbound.breaker.buffered_calls": 4, "outbound.breaker.failed_calls": 4,
+		"outbound.breaker.slow_calls": 0, "outbound.breaker.not_permitted_calls": 2} {
+		wantCounts(t, name, sums(t, ms, name, "{call}"), map[string]int64{up: want})
+	}
+	wantCounts(t, "outbound.breaker.generation", sums(t, ms, "outbound.breaker.generation", "{transition}"), map[string]int64{up: 1})
+
+	// The breaker's later states follow.
 	p, ok := e.t.Attempts().Pipeline(e.upstream)
 	if !ok {
 		t.Fatalf("no pipeline kept for %s", e.upstream)
@@ -465,32 +500,28 @@ func TestDefaultsToTheGlobalProviders(t *testing.T) {
 	resp.Body.Close()
 }
 
-// Transitions may be delivered late (from the breaker's timers, outside its
-// lock): the gauge keeps the latest generation.
-func TestBreakerStateIgnoresLateTransitions(t *testing.T) {
-	r := sdkmetric.NewManualReader()
-	h, err := outboundotel.Hooks(outboundotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const up = "https://api.example.com:443"
-	tr := func(from, to circuit.State, gen uint64) admission.Event {
-		return admission.Event{Upstream: up, Guard: admission.Circuit, Kind: admission.Transition,
-			Transition: circuit.Transition{From: from, To: to, Generation: gen, Reason: circuit.ReasonWaitElapsed}}
-	}
-	h.Guard(tr(circuit.Closed, circuit.Open, 1))
-	h.Guard(tr(circuit.HalfOpen, circuit.Closed, 3))
-	h.Guard(tr(circuit.Open, circuit.HalfOpen, 2)) // late
-	e := &env{reader: r}
-	got := sums(t, e.collect(t), "outbound.breaker.state", "{state}")
-	for _, s := range []string{"CLOSED", "OPEN", "HALF_OPEN", "DISABLED", "FORCED_OPEN", "METRICS_ONLY"} {
-		want := int64(0)
-		if s == "CLOSED" {
-			want = 1
+// The breaker figures are read from the breakers: one that starts in
+// METRICS_ONLY is reported so from its first call, with its rates (-1 below
+// the minimum number of calls).
+func TestBreakerFiguresAreTheBreakersOwn(t *testing.T) {
+	e := newEnv(t, outboundtest.HTTP1, outbound.Config{MaxAttempts: 1,
+		Admission: admission.Config{Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, StartState: circuit.MetricsOnly}}})
+	e.s.SetDefault(outboundtest.Respond(500))
+	up := "outbound.upstream=" + e.upstream
+	for i := range 4 {
+		if _, err := e.get(t, context.Background(), "/"); err != nil {
+			t.Fatal(err)
 		}
-		if v, ok := got["outbound.state="+s+" outbound.upstream="+up]; !ok || v != want {
-			t.Errorf("%s: %d (present %v), want %d", s, v, ok, want)
+		ms := e.collect(t)
+		if got := sums(t, ms, "outbound.breaker.state", "{state}"); got["outbound.state=METRICS_ONLY "+up] != 1 {
+			t.Fatalf("after %d calls: %v, want METRICS_ONLY", i+1, got)
 		}
+		want := -1.0
+		if i == 3 {
+			want = 100
+		}
+		wantCounts(t, "outbound.breaker.failure_rate", rates(t, ms, "outbound.breaker.failure_rate"), map[string]float64{up: want})
+		wantCounts(t, "outbound.breaker.failed_calls", sums(t, ms, "outbound.breaker.failed_calls", "{call}"), map[string]int64{up: int64(i + 1)})
 	}
 }
 

@@ -66,7 +66,7 @@ Flags:
 	opts := drill.Options{Only: only, Version: version()}
 	if *metricsAddr != "" {
 		reg := metrics.New()
-		opts.Hooks = reg.Hooks()
+		opts.Hooks, opts.Observe = reg.Hooks(), reg.Observe
 		stop, url, err := serveMetrics(*metricsAddr, reg)
 		if err != nil {
 			fmt.Fprintln(stderr, "outbound drill: --metrics:", err)

@@ -179,7 +179,8 @@ func TestDrillServesMetricsWhileItRuns(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(body, `outbound_calls_total{`) || !strings.Contains(body, `state="OPEN"} 1`) {
+	if !strings.Contains(body, `outbound_calls_total{`) || !strings.Contains(body, `state="OPEN"} 1`) ||
+		!strings.Contains(body, `outbound_breaker_failure_rate_percent{`) || !strings.Contains(body, `outbound_breaker_not_permitted_calls{`) {
 		t.Fatalf("metrics during the drill:\n%s", body)
 	}
 	if code := <-done; code != exitOK {

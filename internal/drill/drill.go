@@ -42,6 +42,9 @@ type Options struct {
 	Version string
 	// Hooks, if set, observe every scenario's client (for metrics).
 	Hooks outbound.Hooks
+	// Observe, if set, is given every scenario's Transport when it is
+	// built (for the metrics of its breakers).
+	Observe func(*outbound.Transport)
 }
 
 // Run runs the scenarios and returns the report. It returns an error only
@@ -64,7 +67,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if opts.Progress != nil {
 			opts.Progress(i, len(list), s)
 		}
-		res := runOne(ctx, s, opts.Hooks)
+		res := runOne(ctx, s, opts)
 		r.Passed = r.Passed && res.Passed
 		r.Scenarios = append(r.Scenarios, res)
 	}
@@ -82,8 +85,8 @@ func Find(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
-func runOne(ctx context.Context, s Scenario, hooks outbound.Hooks) ScenarioResult {
-	e := &env{ctx: ctx, sc: s, hooks: hooks, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
+func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
+	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
 		Protocol: s.Proto.String(), Expect: s.Expect, Attempts: map[string]int{}, Commits: map[string]int{},
 		Rejections: map[string]int{}}}
 	e.srv = outboundtest.NewServer(s.Proto)
@@ -114,12 +117,13 @@ func runOne(ctx context.Context, s Scenario, hooks outbound.Hooks) ScenarioResul
 
 // env is a scenario's world: the upstream, the client, and the record.
 type env struct {
-	ctx    context.Context
-	sc     Scenario
-	srv    *outboundtest.Server
-	client *outbound.Client
-	hooks  outbound.Hooks
-	start  time.Time
+	ctx     context.Context
+	sc      Scenario
+	srv     *outboundtest.Server
+	client  *outbound.Client
+	hooks   outbound.Hooks
+	observe func(*outbound.Transport)
+	start   time.Time
 
 	mu  sync.Mutex
 	res ScenarioResult
@@ -147,6 +151,9 @@ func (e *env) newClient(cfg outbound.Config) *outbound.Client {
 		panic(err)
 	}
 	e.client = c
+	if e.observe != nil {
+		e.observe(c.Transport())
+	}
 	return c
 }
 

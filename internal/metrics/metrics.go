@@ -15,7 +15,6 @@ import (
 	"sync"
 
 	"github.com/outboundhq/outbound"
-	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outcome"
@@ -39,7 +38,29 @@ var (
 	breakerState   = family{"outbound_breaker_state", "1 for the breaker's current state, 0 for the others.", "gauge", []string{"upstream", "state"}}
 )
 
-var families = []family{attempts, attemptSeconds, rejections, retries, declined, budget, calls, breakerState}
+var families = []family{attempts, attemptSeconds, rejections, retries, declined, budget, calls}
+
+// breakerFamilies are the figures of each breaker, read from it, with how
+// to read each from its snapshot (the state is breakerState).
+var breakerFamilies = []struct {
+	family
+	value func(circuit.Metrics) float64
+}{
+	{family{"outbound_breaker_generation", "Transitions the breaker has made.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return float64(m.Generation) }},
+	{family{"outbound_breaker_failure_rate_percent", "Failed calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return m.FailureRate }},
+	{family{"outbound_breaker_slow_call_rate_percent", "Slow calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return m.SlowCallRate }},
+	{family{"outbound_breaker_buffered_calls", "Calls in the breaker's window.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return float64(m.Calls) }},
+	{family{"outbound_breaker_failed_calls", "Failed calls in the breaker's window.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return float64(m.Failed) }},
+	{family{"outbound_breaker_slow_calls", "Slow calls in the breaker's window.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return float64(m.Slow) }},
+	{family{"outbound_breaker_not_permitted_calls", "Calls refused since the breaker entered its state.", "gauge", []string{"upstream"}},
+		func(m circuit.Metrics) float64 { return float64(m.NotPermitted) }},
+}
 
 // The two series of the attempt-duration summary, named once rather than
 // on every attempt.
@@ -50,14 +71,22 @@ var (
 
 // Registry holds the figures. It is safe for concurrent use.
 type Registry struct {
-	mu     sync.Mutex
-	values map[string]map[string]float64 // family name -> label string -> value
-	states map[string]circuit.State      // upstream -> breaker state
+	mu         sync.Mutex
+	values     map[string]map[string]float64 // family name -> label string -> value
+	transports []*outbound.Transport         // whose breakers are reported
 }
 
 // New returns an empty Registry.
 func New() *Registry {
-	return &Registry{values: map[string]map[string]float64{}, states: map[string]circuit.State{}}
+	return &Registry{values: map[string]map[string]float64{}}
+}
+
+// Observe adds t's breakers to the figures: each is read when the figures
+// are rendered, for as long as t keeps its upstream.
+func (r *Registry) Observe(t *outbound.Transport) {
+	r.mu.Lock()
+	r.transports = append(r.transports, t)
+	r.mu.Unlock()
 }
 
 func (r *Registry) add(f family, v float64, labels ...string) {
@@ -93,13 +122,6 @@ func (r *Registry) Hooks() outbound.Hooks {
 		CallDone: func(_ context.Context, o *outcome.Outcome) {
 			r.add(calls, 1, o.Upstream, o.Commit.String())
 		},
-		Guard: func(e admission.Event) {
-			if e.Kind == admission.Transition {
-				r.mu.Lock()
-				r.states[e.Upstream] = e.Transition.To
-				r.mu.Unlock()
-			}
-		},
 	}
 }
 
@@ -120,18 +142,6 @@ func (r *Registry) Text() string {
 		if f.kind == "summary" {
 			names = []string{f.name + "_sum", f.name + "_count"}
 		}
-		if f.name == breakerState.name {
-			for _, up := range slices.Sorted(maps.Keys(r.states)) {
-				for st := circuit.Closed; st <= circuit.MetricsOnly; st++ {
-					v := 0
-					if r.states[up] == st {
-						v = 1
-					}
-					fmt.Fprintf(&b, "%s%s %d\n", f.name, labelString(f.labels, []string{up, st.String()}), v)
-				}
-			}
-			continue
-		}
 		for _, n := range names {
 			m := r.values[n]
 			for _, ls := range slices.Sorted(maps.Keys(m)) {
@@ -139,7 +149,34 @@ func (r *Registry) Text() string {
 			}
 		}
 	}
+	r.breakers(&b)
 	return b.String()
+}
+
+// breakers renders the figures of the observed transports' breakers.
+func (r *Registry) breakers(b *strings.Builder) {
+	snap := map[string]circuit.Metrics{}
+	for _, t := range r.transports {
+		maps.Copy(snap, t.Breakers())
+	}
+	ups := slices.Sorted(maps.Keys(snap))
+	f := breakerState
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+	for _, up := range ups {
+		for st := circuit.Closed; st <= circuit.MetricsOnly; st++ {
+			v := 0
+			if snap[up].State == st {
+				v = 1
+			}
+			fmt.Fprintf(b, "%s%s %d\n", f.name, labelString(f.labels, []string{up, st.String()}), v)
+		}
+	}
+	for _, f := range breakerFamilies {
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+		for _, up := range ups {
+			fmt.Fprintf(b, "%s%s %g\n", f.name, labelString(f.labels, []string{up}), f.value(snap[up]))
+		}
+	}
 }
 
 // labelString renders {name="value",…} with the text format's escaping.

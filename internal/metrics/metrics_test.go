@@ -27,6 +27,7 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	reg.Observe(tr)
 	call := func() {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/x", strings.NewReader("{}"))
 		if resp, err := tr.RoundTrip(req); err == nil {
@@ -59,6 +60,13 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 		`outbound_calls_total{` + up + `,commit="not committed"} 4`,
 		`outbound_breaker_state{` + up + `,state="OPEN"} 1`,
 		`outbound_breaker_state{` + up + `,state="CLOSED"} 0`,
+		`outbound_breaker_generation{` + up + `} 1`,
+		`outbound_breaker_failure_rate_percent{` + up + `} 75`,
+		`outbound_breaker_slow_call_rate_percent{` + up + `} 0`,
+		`outbound_breaker_buffered_calls{` + up + `} 4`,
+		`outbound_breaker_failed_calls{` + up + `} 3`,
+		`outbound_breaker_slow_calls{` + up + `} 0`,
+		`outbound_breaker_not_permitted_calls{` + up + `} 4`,
 		`outbound_attempt_duration_seconds_count{` + up + `,category="Answered"} 3`,
 	} {
 		if !strings.Contains(text, want) {
