@@ -20,20 +20,22 @@ import (
 // A call is slow only above SlowCallDuration, as in Resilience4j's
 // CircuitBreakerMetrics (duration > threshold).
 func TestACallLastingExactlySlowCallDurationIsNotSlow(t *testing.T) {
-	cfg := small() // SlowCallDuration 1 s, window 4
-	b := newBreaker(t, cfg)
-	for range 4 {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := small() // SlowCallDuration 1 s, window 4
+		b := newBreaker(t, cfg)
+		for range 4 {
+			p, _ := b.Allow()
+			p.Success(time.Second)
+		}
+		if m := b.Metrics(); m.Slow != 0 || m.State != circuit.Closed {
+			t.Fatalf("four calls of exactly the slow-call duration: %+v", m)
+		}
 		p, _ := b.Allow()
-		p.Success(time.Second)
-	}
-	if m := b.Metrics(); m.Slow != 0 || m.State != circuit.Closed {
-		t.Fatalf("four calls of exactly the slow-call duration: %+v", m)
-	}
-	p, _ := b.Allow()
-	p.Success(time.Second + 1)
-	if m := b.Metrics(); m.Slow != 1 {
-		t.Fatalf("a call 1 ns above it: %+v", m)
-	}
+		p.Success(time.Second + 1)
+		if m := b.Metrics(); m.Slow != 1 {
+			t.Fatalf("a call 1 ns above it: %+v", m)
+		}
+	})
 }
 
 // HALF_OPEN decides once the smaller of MinimumCalls and the permitted trial
@@ -139,28 +141,30 @@ func TestSetStateRefusesTheTransitionsResilience4jRefuses(t *testing.T) {
 // Setting the state the breaker is in starts it afresh but publishes no
 // transition (Resilience4j's shouldNotPublishStateTransitionEventsForInternalTransitions).
 func TestSetStateToTheSameStatePublishesNothing(t *testing.T) {
-	var seen []circuit.Transition
-	cfg := small()
-	cfg.OnStateChange = func(tr circuit.Transition) { seen = append(seen, tr) }
-	b := newBreaker(t, cfg)
-	record(t, b, "sff") // three calls in the window, below the minimum
-	for _, s := range []circuit.State{circuit.Closed, circuit.Disabled, circuit.Disabled, circuit.ForcedOpen, circuit.ForcedOpen, circuit.Closed} {
-		if err := b.SetState(s); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		var seen []circuit.Transition
+		cfg := small()
+		cfg.OnStateChange = func(tr circuit.Transition) { seen = append(seen, tr) }
+		b := newBreaker(t, cfg)
+		record(t, b, "sff") // three calls in the window, below the minimum
+		for _, s := range []circuit.State{circuit.Closed, circuit.Disabled, circuit.Disabled, circuit.ForcedOpen, circuit.ForcedOpen, circuit.Closed} {
+			if err := b.SetState(s); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	var got []string
-	for _, tr := range seen {
-		got = append(got, tr.From.String()+"->"+tr.To.String())
-	}
-	if want := []string{"CLOSED->DISABLED", "DISABLED->FORCED_OPEN", "FORCED_OPEN->CLOSED"}; !slices.Equal(got, want) {
-		t.Fatalf("transitions %v, want %v", got, want)
-	}
-	b2 := newBreaker(t, small())
-	record(t, b2, "sff")
-	if err := b2.SetState(circuit.Closed); err != nil || b2.Metrics().Calls != 0 {
-		t.Fatalf("CLOSED to CLOSED must reset the window: %v, %+v", err, b2.Metrics())
-	}
+		var got []string
+		for _, tr := range seen {
+			got = append(got, tr.From.String()+"->"+tr.To.String())
+		}
+		if want := []string{"CLOSED->DISABLED", "DISABLED->FORCED_OPEN", "FORCED_OPEN->CLOSED"}; !slices.Equal(got, want) {
+			t.Fatalf("transitions %v, want %v", got, want)
+		}
+		b2 := newBreaker(t, small())
+		record(t, b2, "sff")
+		if err := b2.SetState(circuit.Closed); err != nil || b2.Metrics().Calls != 0 {
+			t.Fatalf("CLOSED to CLOSED must reset the window: %v, %+v", err, b2.Metrics())
+		}
+	})
 }
 
 // The metrics users read, as Resilience4j reports them: the rates are -1
@@ -416,21 +420,23 @@ func TestOpenForAtTheEndOfTheWaitInOpenKeepsTheBreakerOpen(t *testing.T) {
 // that it is rolled out observing first; OPEN and HALF_OPEN cannot be
 // starting states.
 func TestABreakerStartsInTheStateTheConfigurationSays(t *testing.T) {
-	for _, s := range []circuit.State{circuit.Disabled, circuit.MetricsOnly, circuit.ForcedOpen} {
-		cfg := small()
-		cfg.StartState = s
-		b := newBreaker(t, cfg)
-		wantState(t, b, s)
-		if s == circuit.MetricsOnly {
-			record(t, b, "ffff")
-			if m := b.Metrics(); m.State != circuit.MetricsOnly || m.Failed != 4 || m.FailureRate != 100 {
-				t.Fatalf("METRICS_ONLY records and never opens: %+v", m)
+	synctest.Test(t, func(t *testing.T) {
+		for _, s := range []circuit.State{circuit.Disabled, circuit.MetricsOnly, circuit.ForcedOpen} {
+			cfg := small()
+			cfg.StartState = s
+			b := newBreaker(t, cfg)
+			wantState(t, b, s)
+			if s == circuit.MetricsOnly {
+				record(t, b, "ffff")
+				if m := b.Metrics(); m.State != circuit.MetricsOnly || m.Failed != 4 || m.FailureRate != 100 {
+					t.Fatalf("METRICS_ONLY records and never opens: %+v", m)
+				}
 			}
 		}
-	}
-	for _, s := range []circuit.State{circuit.Open, circuit.HalfOpen} {
-		if _, err := circuit.New(circuit.Config{StartState: s}); err == nil {
-			t.Errorf("StartState %v accepted", s)
+		for _, s := range []circuit.State{circuit.Open, circuit.HalfOpen} {
+			if _, err := circuit.New(circuit.Config{StartState: s}); err == nil {
+				t.Errorf("StartState %v accepted", s)
+			}
 		}
-	}
+	})
 }
