@@ -32,7 +32,7 @@ func TestAPlainCallAllocatesNoMoreThanBareNetHTTP(t *testing.T) {
 	ours, err := outbound.New(outbound.Config{
 		Transport: &http.Transport{},
 		Admission: admission.Config{
-			Rate:     ratelimit.Config{Rate: 1e6, Burst: 1e6},
+			Rate:     ratelimit.Config{PerSecond: 1e6, Burst: 1e6},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 100},
 		},
 	})

@@ -331,7 +331,7 @@ func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, tran
 	switch {
 	case final:
 		c.budget.OnSuccess()
-		return retry.Decision{Reason: retry.Answered}
+		return retry.Decision{Reason: retry.FinalAnswer}
 	case c.ctx.Err() != nil:
 		if c.req.Context().Err() == nil { // the call's own timeout: the upstream was too slow
 			c.budget.OnFailure()
@@ -409,7 +409,7 @@ func (c *call) fail(err error) error {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	c.out.Resolve()
+	c.out.Commit = outcome.CommitOf(c.out.Attempts)
 	if c.out.Reason == 0 {
 		c.out.Reason = retry.LocalRejection // the request could not be made at all
 	}

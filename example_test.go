@@ -21,7 +21,7 @@ import (
 func ExampleNew() {
 	t, err := outbound.New(outbound.Config{
 		Admission: admission.Config{
-			Rate:     ratelimit.Config{Rate: 200},        // per upstream
+			Rate:     ratelimit.Config{PerSecond: 200},   // per upstream
 			Bulkhead: bulkhead.Config{MaxConcurrent: 32}, // per upstream
 		},
 		Timeout:        10 * time.Second, // the whole call, when the context has no deadline
@@ -35,13 +35,13 @@ func ExampleNew() {
 }
 
 // Handling "unknown": the call may or may not have happened.
-func ExampleClient_Do() {
+func ExampleTransport_Do() {
 	s := outboundtest.NewServer(outboundtest.HTTP1)
 	defer s.Close()
 	s.Enqueue(outboundtest.ResetAfterRead()) // processed, then the connection dies
 
-	c, _ := outbound.NewClient(outbound.Config{})
-	defer c.Transport().Close()
+	c, _ := outbound.New(outbound.Config{})
+	defer c.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/payments", strings.NewReader(`{"amount":10}`))
 
 	resp, out, err := c.Do(req)
@@ -70,8 +70,8 @@ func ExampleConfig_idempotencyKeys() {
 	defer s.Close()
 	s.Enqueue(outboundtest.ResetAfterRead())
 
-	c, _ := outbound.NewClient(outbound.Config{IdempotencyKeys: true})
-	defer c.Transport().Close()
+	c, _ := outbound.New(outbound.Config{IdempotencyKeys: true})
+	defer c.Close()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/orders", strings.NewReader(`{}`))
 
 	resp, out, err := c.Do(req)

@@ -38,9 +38,9 @@ import (
 // http.Transport's settings behave as net/http's do.
 
 // budgetOf returns the retry budget kept for key.
-func budgetOf(t *testing.T, c *outbound.Client, key string) *retry.Budget {
+func budgetOf(t *testing.T, c *outbound.Transport, key string) *retry.Budget {
 	t.Helper()
-	b, ok := c.Transport().Budget(key)
+	b, ok := c.Budget(key)
 	if !ok {
 		t.Fatalf("no retry budget kept for %s", key)
 	}
@@ -48,19 +48,19 @@ func budgetOf(t *testing.T, c *outbound.Client, key string) *retry.Budget {
 }
 
 // breakerPipeline returns the admission pipeline kept for s's upstream.
-func breakerPipeline(t *testing.T, c *outbound.Client, s *outboundtest.Server) *admission.Pipeline {
+func breakerPipeline(t *testing.T, c *outbound.Transport, s *outboundtest.Server) *admission.Pipeline {
 	t.Helper()
-	p, ok := c.Transport().Attempts().Pipeline(s.URL)
+	p, ok := c.Attempts().Pipeline(s.URL)
 	if !ok {
 		t.Fatalf("no pipeline kept for %s", s.URL)
 	}
 	return p
 }
 
-func breakerOf(t *testing.T, c *outbound.Client, s *outboundtest.Server) circuit.Metrics {
+func breakerOf(t *testing.T, c *outbound.Transport, s *outboundtest.Server) circuit.Metrics {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
-	p, ok := c.Transport().Attempts().Pipeline(c.Transport().Attempts().UpstreamKey(req))
+	p, ok := c.Attempts().Pipeline(c.Attempts().UpstreamKey(req))
 	if !ok {
 		t.Fatalf("no pipeline kept for %s", s.URL)
 	}
@@ -260,12 +260,12 @@ func TestClosingABodyDuringAReadIsNeverAnUpstreamFailure(t *testing.T) {
 func TestAnUntrustedCertificateIsNotRetried(t *testing.T) {
 	s := newServer(t, outboundtest.H2TLS)
 	var ev testkit.Events
-	c, err := outbound.NewClient(outbound.Config{Admission: admission.Config{OnEvent: ev.On},
+	c, err := outbound.New(outbound.Config{Admission: admission.Config{OnEvent: ev.On},
 		Backoff: retry.Backoff{Initial: 1, Max: 1, Jitter: -1}}) // the system's roots: the server's CA is unknown
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 	for i := 1; i <= 3; i++ {
 		_, out, err := c.Do(newRequest(t, context.Background(), s, noBody, "x"))
 		var cv *tls.CertificateVerificationError
@@ -346,7 +346,7 @@ func TestTimeoutsAreReportedAsNetHTTPReportsThem(t *testing.T) {
 			if name == "Timeout" && out.Reason != retry.DeadlineExceeded {
 				t.Fatalf("end reason %v", out.Reason)
 			}
-			_, err = c.HTTPClient().Get(s.URL)
+			_, err = (&http.Client{Transport: c}).Get(s.URL)
 			if got := isTimeout(err); got != want {
 				t.Fatalf("through http.Client: %s: %v", got, err)
 			}
@@ -444,11 +444,11 @@ func TestTheGeneratedIdempotencyKeyIsInTheOutcome(t *testing.T) {
 		seen.Store(r.Header.Get("Idempotency-Key"))
 	}))
 	defer srv.Close()
-	c, err := outbound.NewClient(outbound.Config{IdempotencyKeys: true})
+	c, err := outbound.New(outbound.Config{IdempotencyKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
 	resp, out, err := c.Do(req)
 	if err != nil {
@@ -506,11 +506,11 @@ func TestTheProxyFuncSeesTheCallersRequest(t *testing.T) {
 		}
 		return nil, nil
 	}
-	c, err := outbound.NewClient(outbound.Config{Transport: tr})
+	c, err := outbound.New(outbound.Config{Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 	get := func(path string) string {
 		req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), key{}, "v"), http.MethodGet, target.URL+path, nil)
 		req.Header.Set("X-Route", "r")
@@ -564,11 +564,11 @@ func TestDialTLSContextWorksOverHTTP1AndHTTP2(t *testing.T) {
 				cfg.NextProtos = []string{"h2", "http/1.1"}
 				return (&tls.Dialer{Config: cfg}).DialContext(ctx, network, addr)
 			}}
-			c, err := outbound.NewClient(outbound.Config{Transport: tr})
+			c, err := outbound.New(outbound.Config{Transport: tr})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Transport().Close()
+			defer c.Close()
 			for range 3 {
 				req, _ := http.NewRequest(http.MethodGet, tc.url, nil)
 				resp, _, err := c.Do(req)
@@ -671,10 +671,10 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 		}
 		if r.IntN(4) == 0 { // an exhausted budget
 			// The budget exists once the upstream is known: route it first.
-			if _, err := c.Transport().Attempts().Route(req); err != nil {
+			if _, err := c.Attempts().Route(req); err != nil {
 				t.Fatal(err)
 			}
-			b, ok := c.Transport().Budget(c.Transport().Attempts().UpstreamKey(req))
+			b, ok := c.Budget(c.Attempts().UpstreamKey(req))
 			for range 10 {
 				if ok {
 					b.OnFailure()
@@ -687,7 +687,7 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 			resp.Body.Close()
 		}
 		cancel()
-		c.Transport().Close()
+		c.Close()
 		execs := s.Executions("call")
 		where := fmt.Sprintf("case %d (%v, %v, faults %v, getBody fails %t, cancel at %d, %+v): err %v\n%v",
 			i, p, k, script, failGetBody, cancelAt, cfg.MaxAttempts, err, out)

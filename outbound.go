@@ -9,13 +9,14 @@
 // committed, not committed, or unknown — as a first-class result (package
 // outcome).
 //
-// Transport is a drop-in http.RoundTripper for any *http.Client or SDK;
-// Client.Do returns the outcome alongside the response.
+// One type does it all: a Transport, made by New. Its Do returns the
+// response with the call's outcome; as the http.RoundTripper of any
+// *http.Client or SDK, it makes the same calls, and OutcomeOf finds the
+// outcome of a failed one from its error.
 package outbound
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
@@ -141,7 +143,7 @@ func DefaultRetryableStatus(status int) bool {
 // (resp, nil). A call that ends without an answer returns an *outcome.Error
 // carrying the call's outcome. It is safe for concurrent use.
 type Transport struct {
-	attempts       *attempt.Transport
+	attempts       *attempt.Attempter
 	retryable      func(int) bool
 	maxAttempts    int
 	backoff        retry.Backoff
@@ -174,22 +176,13 @@ func New(cfg Config) (*Transport, error) {
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget,
 		BreakerRecords: cfg.BreakerRecords})
 	if err != nil {
-		return nil, fmt.Errorf("outbound: %w", err)
+		return nil, cfgerr.In("outbound", "", err)
 	}
-	switch {
-	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > 100:
-		return nil, fmt.Errorf("outbound: Config.MaxAttempts must be in [0, 100], got %d", cfg.MaxAttempts)
-	case cfg.MaxRetryAfter < 0:
-		return nil, fmt.Errorf("outbound: Config.MaxRetryAfter must be >= 0, got %v", cfg.MaxRetryAfter)
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("outbound: Config.Timeout must be >= 0, got %v", cfg.Timeout)
-	case cfg.AttemptTimeout < 0:
-		return nil, fmt.Errorf("outbound: Config.AttemptTimeout must be >= 0, got %v", cfg.AttemptTimeout)
-	case cfg.Backoff.Initial < 0 || cfg.Backoff.Max < 0 || cfg.Backoff.Multiplier < 0 || cfg.Backoff.Jitter > 1:
-		return nil, fmt.Errorf("outbound: Config.Backoff: Initial, Max and Multiplier must be >= 0 and Jitter <= 1, got %+v", cfg.Backoff)
+	if err := validate(&cfg); err != nil {
+		return nil, err
 	}
 	if _, err := retry.NewBudget(cfg.Budget); err != nil {
-		return nil, fmt.Errorf("outbound: Config.Budget: %w", err)
+		return nil, cfgerr.In("outbound", "Budget", err)
 	}
 	*t = Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
@@ -209,7 +202,7 @@ func New(cfg Config) (*Transport, error) {
 
 // Attempts returns the single-attempt layer, for inspection of the
 // upstreams' guards (Attempts().Pipeline(key)).
-func (t *Transport) Attempts() *attempt.Transport { return t.attempts }
+func (t *Transport) Attempts() *attempt.Attempter { return t.attempts }
 
 // Breakers returns a snapshot of the breaker of every upstream whose state
 // is kept, by upstream key: state and generation, the buffered, failed,
@@ -272,35 +265,6 @@ func (t *Transport) Do(req *http.Request) (*http.Response, *outcome.Outcome, err
 	return resp, c.out, err
 }
 
-// Client makes calls and tells their outcome.
-type Client struct {
-	t *Transport
-}
-
-// NewClient returns a Client over a new Transport configured by cfg.
-func NewClient(cfg Config) (*Client, error) {
-	t, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{t: t}, nil
-}
-
-// Do makes the call req and returns the response (for any status) or the
-// error, and in both cases the call's outcome: its commit status and every
-// attempt. It does not follow redirects. On an error the outcome's Commit is
-// NotCommitted or Unknown, and errors.Is(err, outcome.ErrUnknown) tells the
-// latter.
-func (c *Client) Do(req *http.Request) (*http.Response, *outcome.Outcome, error) { return c.t.Do(req) }
-
-// Transport returns the client's Transport.
-func (c *Client) Transport() *Transport { return c.t }
-
-// HTTPClient returns an *http.Client over the client's Transport, for code
-// and SDKs that take one. Its outcomes are reachable from errors with
-// errors.As(err, new(*outcome.Error)).
-func (c *Client) HTTPClient() *http.Client { return &http.Client{Transport: c.t} }
-
 // OutcomeOf returns the outcome of the call that produced err, if err came
 // from this package.
 func OutcomeOf(err error) (*outcome.Outcome, bool) {
@@ -309,4 +273,23 @@ func OutcomeOf(err error) (*outcome.Outcome, bool) {
 		return oe.Outcome, true
 	}
 	return nil, false
+}
+
+// validate checks the fields of cfg that the Transport itself uses, and
+// the contradictions between them.
+func validate(cfg *Config) error {
+	switch {
+	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > 100:
+		return cfgerr.New("outbound", "MaxAttempts", "must be in [0, 100], got %d", cfg.MaxAttempts)
+	case cfg.MaxRetryAfter < 0:
+		return cfgerr.New("outbound", "MaxRetryAfter", "must be >= 0, got %v", cfg.MaxRetryAfter)
+	case cfg.Timeout < 0:
+		return cfgerr.New("outbound", "Timeout", "must be >= 0, got %v", cfg.Timeout)
+	case cfg.AttemptTimeout < 0:
+		return cfgerr.New("outbound", "AttemptTimeout", "must be >= 0, got %v", cfg.AttemptTimeout)
+	case cfg.Timeout > 0 && cfg.AttemptTimeout > cfg.Timeout:
+		return cfgerr.New("outbound", "AttemptTimeout", "must not be longer than Timeout (%v): no attempt could last it, got %v",
+			cfg.Timeout, cfg.AttemptTimeout)
+	}
+	return cfgerr.In("outbound", "Backoff", cfg.Backoff.Validate())
 }

@@ -24,17 +24,17 @@ func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
 	return testkit.NewServer(t, p)
 }
 
-func newClient(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Client {
+func newClient(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Transport {
 	t.Helper()
 	cfg.Transport = s.Transport()
 	if cfg.Backoff == (retry.Backoff{}) {
 		cfg.Backoff = retry.Backoff{Initial: 1, Max: 1, Jitter: -1} // tests do not wait between attempts
 	}
-	c, err := outbound.NewClient(cfg)
+	c, err := outbound.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Transport().Close)
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -52,7 +52,7 @@ func newRequest(t *testing.T, ctx context.Context, s *outboundtest.Server, k bod
 }
 
 // do makes a call, reads the whole body and returns the outcome.
-func do(t *testing.T, c *outbound.Client, req *http.Request) (*outcome.Outcome, int, error) {
+func do(t *testing.T, c *outbound.Transport, req *http.Request) (*outcome.Outcome, int, error) {
 	t.Helper()
 	resp, out, err := c.Do(req)
 	if (resp == nil) == (err == nil) {
@@ -233,6 +233,6 @@ func TestAnIdempotentCallIsRetriedAfterAnAmbiguousFailure(t *testing.T) {
 
 func admissionWithBadRate() admission.Config {
 	var a admission.Config
-	a.Rate.Rate = -1
+	a.Rate.PerSecond = -1
 	return a
 }

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -152,11 +155,11 @@ func TestGeneratedIdempotencyKeyMakesAnAmbiguousPostRetryable(t *testing.T) {
 		w.WriteHeader(201)
 	}))
 	defer srv.Close()
-	c, err := outbound.NewClient(outbound.Config{IdempotencyKeys: true, Backoff: retry.Backoff{Initial: 1, Max: 1}})
+	c, err := outbound.New(outbound.Config{IdempotencyKeys: true, Backoff: retry.Backoff{Initial: 1, Max: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("order"))
 	resp, out, err := c.Do(req)
 	if err != nil {
@@ -192,7 +195,7 @@ func TestRetriedAnswersAreDrainedAndTheirConnectionReused(t *testing.T) {
 func TestTransportKeepsTheRoundTripperContract(t *testing.T) {
 	s := newServer(t, outboundtest.HTTP1)
 	c := newClient(t, s, outbound.Config{})
-	hc := c.HTTPClient()
+	hc := (&http.Client{Transport: c})
 
 	body := &closeCounter{Reader: strings.NewReader("x")}
 	req, _ := http.NewRequest(http.MethodPost, s.URL, body)
@@ -225,19 +228,53 @@ type closeCounter struct {
 
 func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
 
-func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
-	for field, cfg := range map[string]outbound.Config{
-		"Config.MaxAttempts":    {MaxAttempts: -1},
-		"Config.MaxRetryAfter":  {MaxRetryAfter: -1},
-		"Config.Timeout":        {Timeout: -1},
-		"Config.AttemptTimeout": {AttemptTimeout: -1},
-		"Config.Backoff":        {Backoff: retry.Backoff{Jitter: 2}},
-		"Config.Budget":         {Budget: retry.BudgetConfig{MaxTokens: -1}},
-		"Config.Admission":      {Admission: admissionWithBadRate()},
+// A configuration error names the field by its whole path from the
+// Config the user wrote, in one prefix, whatever layer checks it.
+func TestAConfigurationErrorNamesTheFieldFromTheTop(t *testing.T) {
+	for want, cfg := range map[string]outbound.Config{
+		"outbound: Config.MaxAttempts must be in [0, 100], got -1":              {MaxAttempts: -1},
+		"outbound: Config.MaxRetryAfter must":                                   {MaxRetryAfter: -1},
+		"outbound: Config.Timeout must":                                         {Timeout: -1},
+		"outbound: Config.AttemptTimeout must":                                  {AttemptTimeout: -1},
+		"outbound: Config.Backoff.Jitter must be at most 1":                     {Backoff: retry.Backoff{Jitter: 2}},
+		"outbound: Config.Budget.MaxTokens must":                                {Budget: retry.BudgetConfig{MaxTokens: -1}},
+		"outbound: Config.Admission.Rate.PerSecond must be in [0, 1e9], got -1": {Admission: admissionWithBadRate()},
+		"outbound: Config.Admission.Circuit.WindowSize must":                    {Admission: admission.Config{Circuit: circuit.Config{WindowSize: -1}}},
+		"outbound: Config.Admission.Bulkhead.MaxWait needs MaxConcurrent > 0":   {Admission: admission.Config{Bulkhead: bulkhead.Config{MaxWait: time.Second}}},
+		"outbound: Config.UpstreamIdleTime must":                                {UpstreamIdleTime: time.Millisecond},
 	} {
-		if _, err := outbound.New(cfg); err == nil || !strings.Contains(err.Error(), field) {
-			t.Errorf("err = %v, want it to name %s", err, field)
+		if _, err := outbound.New(cfg); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("err = %v, want %q…", err, want)
 		}
+	}
+}
+
+// Settings that contradict each other fail at construction, instead of
+// being accepted and doing something else than they say.
+func TestContradictoryConfigurationsFailAtConstruction(t *testing.T) {
+	for want, cfg := range map[string]outbound.Config{
+		"outbound: Config.Backoff.Multiplier must be 0 (the default, 2) or at least 1, got 0.5": {Backoff: retry.Backoff{Multiplier: 0.5}},
+		"outbound: Config.Backoff.Max must be at least Initial (2s), got 1s":                    {Backoff: retry.Backoff{Initial: 2 * time.Second, Max: time.Second}},
+		"outbound: Config.Backoff.Max must be at least Initial (100ms, the default), got 50ms":  {Backoff: retry.Backoff{Max: 50 * time.Millisecond}},
+		"outbound: Config.AttemptTimeout must not be longer than Timeout (2s)":                  {Timeout: 2 * time.Second, AttemptTimeout: 5 * time.Second},
+		"outbound: Config.Admission.Circuit.MaxWaitInOpen must be 0 or at least WaitInOpen": {Admission: admission.Config{
+			Circuit: circuit.Config{WaitInOpen: time.Minute, MaxWaitInOpen: time.Second, WaitInOpenMultiplier: 2}}},
+	} {
+		if _, err := outbound.New(cfg); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("err = %v, want %q…", err, want)
+		}
+	}
+	for _, cfg := range []outbound.Config{
+		{Timeout: 2 * time.Second, AttemptTimeout: 2 * time.Second},
+		{AttemptTimeout: time.Minute}, // no Timeout: the caller's deadline rules
+		{Backoff: retry.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}},
+	} {
+		tr, err := outbound.New(cfg)
+		if err != nil {
+			t.Errorf("%+v: %v, want it accepted", cfg, err)
+			continue
+		}
+		tr.Close()
 	}
 }
 
@@ -258,11 +295,11 @@ func TestAGetBodyFailureEndsTheCallWithAResolvedOutcome(t *testing.T) {
 }
 
 func TestAnUnsupportedURLErrorCarriesNoPathOrQuery(t *testing.T) {
-	c, err := outbound.NewClient(outbound.Config{})
+	c, err := outbound.New(outbound.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 	req, _ := http.NewRequest(http.MethodGet, "ftp://example.com/secret-path?token=secret-query", nil)
 	_, out, err := c.Do(req)
 	if err == nil || strings.Contains(err.Error(), "secret") || out.Commit != outcome.NotCommitted {

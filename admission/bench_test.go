@@ -17,7 +17,7 @@ import (
 func benchConfig() admission.Config {
 	return admission.Config{
 		Upstream: "bench",
-		Rate:     ratelimit.Config{Rate: 1e9, Burst: 1 << 30},
+		Rate:     ratelimit.Config{PerSecond: 1e9, Burst: 1 << 30},
 		Bulkhead: bulkhead.Config{MaxConcurrent: 1 << 20},
 	}
 }

@@ -19,7 +19,7 @@ import (
 func Example() {
 	p, err := admission.New(admission.Config{
 		Upstream: "api.example.com:443",
-		Rate:     ratelimit.Config{Rate: 100},
+		Rate:     ratelimit.Config{PerSecond: 100},
 		Bulkhead: bulkhead.Config{MaxConcurrent: 1},
 		OnEvent:  func(e admission.Event) { fmt.Println(" ", e) },
 	})

@@ -50,7 +50,7 @@ func runOps(t *testing.T, ops []byte, striped bool) {
 		// Practically no refill during a sequence (at most a few hours of
 		// fake time), so the tokens left are exactly the burst minus the
 		// tokens of attempts that reached the wire.
-		Rate:     ratelimit.Config{Rate: 1.0 / (1000 * 3600), Burst: fuzzBurst},
+		Rate:     ratelimit.Config{PerSecond: 1.0 / (1000 * 3600), Burst: fuzzBurst},
 		Bulkhead: bulkhead.Config{MaxConcurrent: 2, MaxWait: time.Second},
 		OnEvent:  r.on,
 	})

@@ -18,12 +18,13 @@ package admission
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/internal/cfgerr"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -74,13 +75,13 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	var err error
 	if p.breaker, err = circuit.New(cc); err != nil {
-		return nil, fmt.Errorf("admission: Config.Circuit: %w", err)
+		return nil, cfgerr.In("admission", "Circuit", err)
 	}
 	if p.limiter, err = ratelimit.New(cfg.Rate); err != nil {
-		return nil, fmt.Errorf("admission: Config.Rate: %w", err)
+		return nil, cfgerr.In("admission", "Rate", err)
 	}
 	if p.bulkhead, err = bulkhead.New(cfg.Bulkhead); err != nil {
-		return nil, fmt.Errorf("admission: Config.Bulkhead: %w", err)
+		return nil, cfgerr.In("admission", "Bulkhead", err)
 	}
 	rejected := func(g Guard, err error) *RejectedError {
 		return &RejectedError{Upstream: cfg.Upstream, Guard: g, Err: err}
@@ -127,10 +128,10 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	// Without a hint (0: neither guard was striped yet) they look it up
 	// themselves.
 	var hint uint32
-	if p.limiter.Striped() || p.bulkhead.Striped() {
+	if guardlink.LimiterStriped(p.limiter) || guardlink.BulkheadStriped(p.bulkhead) {
 		hint = shard.Marked()
 	}
-	if p.limiter != nil && !p.limiter.TryAcquireHint(hint) {
+	if p.limiter != nil && !guardlink.LimiterTake(p.limiter, hint) {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
@@ -140,7 +141,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
-	if p.bulkhead != nil && !p.bulkhead.TryAcquireHint(hint) {
+	if p.bulkhead != nil && !guardlink.BulkheadTake(p.bulkhead, hint) {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
 			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
@@ -229,7 +230,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		p.bulkhead.ReleaseHint(pm.hint)
+		guardlink.BulkheadRelease(p.bulkhead, pm.hint)
 		p.event(Bulkhead, Exit, nil)
 	}
 	if p.limiter != nil {

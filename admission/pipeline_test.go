@@ -13,6 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -76,7 +77,7 @@ func fail(t *testing.T, p *admission.Pipeline, n int) {
 
 func TestAppliesCircuitThenRateLimiterThenBulkheadPerAttempt(t *testing.T) {
 	p, r := newPipeline(t, admission.Config{Circuit: smallCircuit,
-		Rate: ratelimit.Config{Rate: 100}, Bulkhead: bulkhead.Config{MaxConcurrent: 5}})
+		Rate: ratelimit.Config{PerSecond: 100}, Bulkhead: bulkhead.Config{MaxConcurrent: 5}})
 	for _, end := range []string{"success", "failure"} {
 		pm := acquire(t, p)
 		r.want(t, "circuit-enter, rate-enter, bulkhead-enter")
@@ -91,7 +92,7 @@ func TestAppliesCircuitThenRateLimiterThenBulkheadPerAttempt(t *testing.T) {
 
 func TestOpenCircuitDoesNotConsumeRateOrBulkheadPermit(t *testing.T) {
 	p, r := newPipeline(t, admission.Config{Circuit: smallCircuit,
-		Rate: ratelimit.Config{Rate: 1.0 / 3600, Burst: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
+		Rate: ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
 	fail(t, p, 4)
 	r.take()
 	tokens := p.Limiter().Available()
@@ -116,7 +117,7 @@ func TestOpenCircuitDoesNotConsumeRateOrBulkheadPermit(t *testing.T) {
 
 func TestBulkheadRejectionReleasesTheRateLimiterAndIsNotACircuitError(t *testing.T) {
 	p, r := newPipeline(t, admission.Config{Circuit: smallCircuit,
-		Rate: ratelimit.Config{Rate: 1.0 / 3600, Burst: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
+		Rate: ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
 	held := acquire(t, p)
 	r.take()
 	tokens := p.Limiter().Available()
@@ -141,7 +142,7 @@ func TestBulkheadRejectionReleasesTheRateLimiterAndIsNotACircuitError(t *testing
 
 func TestRateLimiterRejectionReleasesTheCircuitPermission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, r := newPipeline(t, admission.Config{Circuit: smallCircuit, Rate: ratelimit.Config{Rate: 1.0 / 3600, Burst: 4}})
+		p, r := newPipeline(t, admission.Config{Circuit: smallCircuit, Rate: ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 4}})
 		fail(t, p, 4) // spends every token and opens the breaker
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
@@ -169,7 +170,7 @@ func TestHalfOpenTrialsRejectedLocallyDoNotStopTheBreakerFromClosing(t *testing.
 	cfg := admission.Config{
 		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 10 * time.Second,
 			PermittedCallsInHalfOpen: 2, MaxWaitInHalfOpen: -1}, // no reclaim: the release alone must do it
-		Rate:     ratelimit.Config{Rate: 1.0 / 600, Burst: 4}, // a token every 10 minutes
+		Rate:     ratelimit.Config{PerSecond: 1.0 / 600, Burst: 4}, // a token every 10 minutes
 		Bulkhead: bulkhead.Config{MaxConcurrent: 1},
 	}
 	scenario := func(t *testing.T) circuit.State {
@@ -268,7 +269,7 @@ func TestEveryPermitIsReturnedOnEveryPath(t *testing.T) {
 			t.Run(name+"/"+state.String(), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					p, r := newPipeline(t, admission.Config{Circuit: smallCircuit,
-						Rate:     ratelimit.Config{Rate: 1.0 / 3600, Burst: 10},
+						Rate:     ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 10},
 						Bulkhead: bulkhead.Config{MaxConcurrent: 1, MaxWait: 5 * time.Second}})
 					spent := 0
 					if state == circuit.HalfOpen {
@@ -364,7 +365,7 @@ func TestBreakerTransitionsAreEvents(t *testing.T) {
 }
 
 func TestResolvingAPipelinePermitTwiceIsHarmless(t *testing.T) {
-	p, r := newPipeline(t, admission.Config{Circuit: smallCircuit, Rate: ratelimit.Config{Rate: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
+	p, r := newPipeline(t, admission.Config{Circuit: smallCircuit, Rate: ratelimit.Config{PerSecond: 10}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
 	pm := acquire(t, p)
 	pm.Success(0)
 	pm.Failure(0)
@@ -378,11 +379,11 @@ func TestResolvingAPipelinePermitTwiceIsHarmless(t *testing.T) {
 
 func TestInvalidPipelineConfigNamesTheField(t *testing.T) {
 	for field, cfg := range map[string]admission.Config{
-		"Config.Circuit: circuit: Config.FailureRateThreshold": {Circuit: circuit.Config{FailureRateThreshold: 200}},
-		"Config.Rate: ratelimit: Config.Rate":                  {Rate: ratelimit.Config{Rate: -3}},
-		"Config.Bulkhead: bulkhead: Config.MaxConcurrent":      {Bulkhead: bulkhead.Config{MaxConcurrent: -1}},
+		"admission: Config.Circuit.FailureRateThreshold must": {Circuit: circuit.Config{FailureRateThreshold: 200}},
+		"admission: Config.Rate.PerSecond must":               {Rate: ratelimit.Config{PerSecond: -3}},
+		"admission: Config.Bulkhead.MaxConcurrent must":       {Bulkhead: bulkhead.Config{MaxConcurrent: -1}},
 	} {
-		if _, err := admission.New(cfg); err == nil || !strings.Contains(err.Error(), field) {
+		if _, err := admission.New(cfg); err == nil || !strings.HasPrefix(err.Error(), field) {
 			t.Errorf("err = %v, want it to name %s", err, field)
 		}
 	}
@@ -414,10 +415,10 @@ func TestAStripedPipelineKeepsItsLimitsAndLosesNothing(t *testing.T) {
 	restore := shard.Force(true)
 	const limit = 32
 	p := mustPipeline(t, admission.Config{Upstream: "striped",
-		Rate:     ratelimit.Config{Rate: 1e6, Burst: 100000},
+		Rate:     ratelimit.Config{PerSecond: 1e6, Burst: 100000},
 		Bulkhead: bulkhead.Config{MaxConcurrent: limit}})
 	restore()
-	if !p.Bulkhead().Striped() || !p.Limiter().Striped() {
+	if !guardlink.BulkheadStriped(p.Bulkhead()) || !guardlink.LimiterStriped(p.Limiter()) {
 		t.Fatal("not striped")
 	}
 	for round := range 20 {

@@ -30,7 +30,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	ours, err := attempt.New(attempt.Config{
 		Transport: &http.Transport{},
 		Admission: admission.Config{
-			Rate:     ratelimit.Config{Rate: 1e9, Burst: 1 << 30},
+			Rate:     ratelimit.Config{PerSecond: 1e9, Burst: 1 << 30},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 1 << 20},
 		},
 	})

@@ -24,7 +24,7 @@ import (
 )
 
 // tryGet makes one attempt of a GET to url and closes the answer's body.
-func tryGet(tr *attempt.Transport, url string) error {
+func tryGet(tr *attempt.Attempter, url string) error {
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	resp, err := tr.RoundTrip(req)
 	if err == nil {
@@ -34,7 +34,7 @@ func tryGet(tr *attempt.Transport, url string) error {
 	return err
 }
 
-// forgetting records the keys a Transport forgets.
+// forgetting records the keys an Attempter forgets.
 type forgetting struct {
 	mu   sync.Mutex
 	keys []string
@@ -186,7 +186,7 @@ func TestAnUpstreamHoldingAPermitOrOwingTokensIsNotForgotten(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
 			Transport:        &http.Transport{DialContext: u.dial},
-			Admission:        admission.Config{Rate: ratelimit.Config{Rate: 1.0 / 3600, Burst: 2}}, // two an hour
+			Admission:        admission.Config{Rate: ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 2}}, // two an hour
 			UpstreamIdleTime: time.Minute,
 		})
 		if err != nil {

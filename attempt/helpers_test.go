@@ -20,14 +20,14 @@ func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
 	return testkit.NewServer(t, p)
 }
 
-func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Transport {
+func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Attempter {
 	t.Helper()
 	cfg.Transport = s.Transport()
 	return newTransportWith(t, cfg)
 }
 
 // newTransportWith is newTransport with cfg's own Transport.
-func newTransportWith(t *testing.T, cfg attempt.Config) *attempt.Transport {
+func newTransportWith(t *testing.T, cfg attempt.Config) *attempt.Attempter {
 	t.Helper()
 	tr, err := attempt.New(cfg)
 	if err != nil {
@@ -89,7 +89,7 @@ type events = testkit.Events
 
 // pipelineOf returns the admission pipeline kept for key, failing the test if
 // there is none.
-func pipelineOf(t testing.TB, tr *attempt.Transport, key string) *admission.Pipeline {
+func pipelineOf(t testing.TB, tr *attempt.Attempter, key string) *admission.Pipeline {
 	t.Helper()
 	p, ok := tr.Pipeline(key)
 	if !ok {

@@ -2,7 +2,7 @@ package attempt
 
 import "sync"
 
-// idleList is the Transport's list of idle connections across every address,
+// idleList is the Attempter's list of idle connections across every address,
 // most recently idle first, for MaxIdleConns, like net/http's idleLRU. With
 // no limit it keeps nothing and costs nothing.
 type idleList struct {

@@ -60,7 +60,7 @@ func (u *pipeUpstream) dial(context.Context, string, string) (net.Conn, error) {
 	return client, nil
 }
 
-func (u *pipeUpstream) get(t *testing.T, tr *attempt.Transport, path string) {
+func (u *pipeUpstream) get(t *testing.T, tr *attempt.Attempter, path string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://upstream.test"+path, nil)
 	resp, err := tr.RoundTrip(req)

@@ -22,12 +22,12 @@ import (
 // It honours the connection limits of the configured http.Transport as
 // net/http does: at most MaxIdleConnsPerHost idle connections per address
 // (net/http's default of 2 when zero), at most MaxIdleConns idle
-// connections across every address (the Transport's idle list), at most
+// connections across every address (the Attempter's idle list), at most
 // MaxConnsPerHost connections, dialing included, per address (an attempt
 // that would need one more waits, within its context, for one to free up),
 // and IdleConnTimeout.
 type pool struct {
-	t      *Transport
+	t      *Attempter
 	key    string // in t.pools
 	scheme string
 	addr   string
@@ -69,9 +69,9 @@ type conn struct {
 	answered, above atomic.Int32
 
 	inReady bool // on p.ready; guarded by p.mu
-	isIdle  bool // nothing in flight, counted in p.idle and on the Transport's idle list; guarded by p.mu
+	isIdle  bool // nothing in flight, counted in p.idle and on the Attempter's idle list; guarded by p.mu
 
-	// On the Transport's idle list (MaxIdleConns); guarded by its lock.
+	// On the Attempter's idle list (MaxIdleConns); guarded by its lock.
 	idlePrev, idleNext *conn
 	listed             bool
 
@@ -381,7 +381,7 @@ func (p *pool) dropReady(c *conn) {
 }
 
 // busyLocked notes that c carries a request again and reports whether it
-// was idle (the caller then takes it off the Transport's idle list, without
+// was idle (the caller then takes it off the Attempter's idle list, without
 // p.mu); p.mu must be held.
 func (p *pool) busyLocked(c *conn) bool {
 	if !c.isIdle {

@@ -43,6 +43,7 @@ import (
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
 )
 
@@ -66,7 +67,7 @@ func (attemptTimeout) Temporary() bool { return true }
 // Is makes errors.Is(ErrAttemptTimeout, context.DeadlineExceeded) hold.
 func (attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
-// Config configures a Transport. The zero value is usable.
+// Config configures an Attempter. The zero value is usable.
 type Config struct {
 	// Transport supplies the settings of new connections: dialer, TLS
 	// dialer, proxy, TLS configuration, protocols, timeouts. Nil means a
@@ -99,8 +100,8 @@ type Config struct {
 	// UpstreamIdleTime is how long the state of an upstream (its breaker,
 	// rate limiter and bulkhead, and the pool of its address) is kept
 	// without an attempt before it is forgotten, if it holds nothing worth
-	// keeping: a breaker that is not CLOSED, a permit, a token still owed
-	// to the rate limiter, a connection (see Transport). Zero means 5
+	// keeping: a breaker outside the state it started in, a permit, a token
+	// still owed to the rate limiter, a connection (see Attempter). Zero means 5
 	// minutes; negative, forever.
 	UpstreamIdleTime time.Duration
 
@@ -147,10 +148,10 @@ func DefaultIsFailure(resp *http.Response) bool {
 	return false
 }
 
-// Transport is an http.RoundTripper that makes exactly one physical attempt
+// Attempter is an http.RoundTripper that makes exactly one physical attempt
 // per call, through the admission pipeline of the call's upstream, and
 // classifies every failure. It does not retry. It is safe for concurrent use.
-type Transport struct {
+type Attempter struct {
 	base            *http.Transport
 	proxy           func(*http.Request) (*url.URL, error) // the configured Proxy, called per call
 	admission       admission.Config
@@ -178,24 +179,24 @@ type Transport struct {
 	peaks     [3]int      // the most entries upstreams, pools and routes held since they were made
 }
 
-// New validates cfg and returns a Transport. Errors name the offending field.
-func New(cfg Config) (*Transport, error) {
+// New validates cfg and returns an Attempter. Errors name the offending field.
+func New(cfg Config) (*Attempter, error) {
 	base := cfg.Transport
 	if base == nil {
 		base = http.DefaultTransport.(*http.Transport)
 	}
 	switch {
 	case cfg.IdleConnTimeout < 0:
-		return nil, fmt.Errorf("attempt: Config.IdleConnTimeout must be >= 0, got %v", cfg.IdleConnTimeout)
+		return nil, cfgerr.New("attempt", "IdleConnTimeout", "must be >= 0, got %v", cfg.IdleConnTimeout)
 	case cfg.MaxUpstreams < 0:
-		return nil, fmt.Errorf("attempt: Config.MaxUpstreams must be >= 0, got %d", cfg.MaxUpstreams)
+		return nil, cfgerr.New("attempt", "MaxUpstreams", "must be >= 0, got %d", cfg.MaxUpstreams)
 	case cfg.UpstreamIdleTime > 0 && cfg.UpstreamIdleTime < 4*time.Millisecond:
-		return nil, fmt.Errorf("attempt: Config.UpstreamIdleTime must be 0, negative or at least 4ms, got %v", cfg.UpstreamIdleTime)
+		return nil, cfgerr.New("attempt", "UpstreamIdleTime", "must be 0, negative or at least 4ms, got %v", cfg.UpstreamIdleTime)
 	}
 	tmpl := cfg.Admission
 	tmpl.Upstream = "validation"
 	if _, err := admission.New(tmpl); err != nil {
-		return nil, fmt.Errorf("attempt: Config.Admission: %w", err)
+		return nil, cfgerr.In("attempt", "Admission", err)
 	}
 	b := base.Clone()
 	dial := b.DialContext
@@ -230,7 +231,7 @@ func New(cfg Config) (*Transport, error) {
 			return nil, nil
 		}
 	}
-	t := &Transport{
+	t := &Attempter{
 		base:            b,
 		proxy:           userProxy,
 		admission:       cfg.Admission,
@@ -267,7 +268,7 @@ func New(cfg Config) (*Transport, error) {
 // RoundTrip makes one attempt of req. It keeps the http.RoundTripper
 // contract: req is not modified, its body is closed, and any answered status
 // comes back as (resp, nil). A failed attempt returns a *classify.Error.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *Attempter) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.Attempt(req)
 	if err != nil {
 		closeBody(req)
@@ -281,7 +282,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // no connection could be made), req.Body is left unread and open, so that a
 // caller that owns the body may use it for another attempt. In every other
 // case the body has been consumed and closed.
-func (t *Transport) Attempt(req *http.Request) (*http.Response, error) {
+func (t *Attempter) Attempt(req *http.Request) (*http.Response, error) {
 	r, err := t.Route(req)
 	if err != nil {
 		return nil, err
@@ -318,7 +319,7 @@ type Options struct {
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context
 // ctx and the Options o.
-func (t *Transport) AttemptOn(ctx context.Context, r *Route, req *http.Request, o Options) (*http.Response, error) {
+func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, o Options) (*http.Response, error) {
 	areq := req
 	if !o.AsIs {
 		areq = req.WithContext(ctx)
@@ -440,7 +441,7 @@ func (w *wroteFlag) set() { w.Store(true) }
 
 // resolveFailed resolves the permit of a failed attempt: a failure if the
 // breaker records it (Config.BreakerRecords), else a release.
-func (t *Transport) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) {
+func (t *Attempter) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) {
 	if t.records(ce) {
 		pm.Failure(time.Duration(clock.Now() - start))
 	} else {

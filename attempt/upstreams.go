@@ -18,7 +18,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 )
 
-// What a Transport keeps per upstream (its admission pipeline), per address
+// What an Attempter keeps per upstream (its admission pipeline), per address
 // (a pool of connections) and per URL host (a route to both), and how it
 // forgets what is idle.
 //
@@ -58,7 +58,7 @@ type upstream struct {
 	key       string
 	pipeline  *admission.Pipeline
 	used      epochMark
-	forgotten bool // guarded by Transport.mu
+	forgotten bool // guarded by Attempter.mu
 }
 
 // epochMark is the sweep in which an entry was last used.
@@ -79,7 +79,7 @@ func (m *epochMark) idleSince(epoch uint32) bool { return epoch-m.Load() > sweep
 type hostKey struct{ scheme, host, proxy string }
 
 // Route is where a request goes: the upstream it is admitted against and the
-// pool of connections to its address. Transport.Route finds it.
+// pool of connections to its address. Attempter.Route finds it.
 type Route struct {
 	key  string
 	up   *upstream
@@ -126,13 +126,13 @@ func canonicalHost(h string) string {
 }
 
 // UpstreamKey returns the key of the upstream req is admitted against.
-func (t *Transport) UpstreamKey(req *http.Request) string { return t.key(req) }
+func (t *Attempter) UpstreamKey(req *http.Request) string { return t.key(req) }
 
 // Route returns where req goes. With the default upstream key, routes are
 // cached per scheme, URL host and proxy, so finding one allocates nothing
 // when no proxy is configured. The Transport's Proxy, if any, is called here
 // with req itself.
-func (t *Transport) Route(req *http.Request) (*Route, error) {
+func (t *Attempter) Route(req *http.Request) (*Route, error) {
 	if req.URL == nil || req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
 		return nil, errUnsupportedURL(req)
 	}
@@ -187,9 +187,9 @@ func errUnsupportedURL(req *http.Request) error {
 }
 
 // Pipeline returns the admission pipeline of the upstream named key, and
-// whether the Transport keeps one: it reports false for a key that never had
+// whether the Attempter keeps one: it reports false for a key that never had
 // a call or that was forgotten. Looking does not create it.
-func (t *Transport) Pipeline(key string) (*admission.Pipeline, bool) {
+func (t *Attempter) Pipeline(key string) (*admission.Pipeline, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if u := t.upstreams[key]; u != nil {
@@ -198,9 +198,9 @@ func (t *Transport) Pipeline(key string) (*admission.Pipeline, bool) {
 	return nil, false
 }
 
-// Upstreams returns the keys of the upstreams whose state the Transport
+// Upstreams returns the keys of the upstreams whose state the Attempter
 // keeps, in order.
-func (t *Transport) Upstreams() []string {
+func (t *Attempter) Upstreams() []string {
 	t.mu.RLock()
 	keys := make([]string, 0, len(t.upstreams))
 	for k := range t.upstreams {
@@ -212,7 +212,7 @@ func (t *Transport) Upstreams() []string {
 }
 
 // Breakers returns a snapshot of the breaker of every upstream kept, by key.
-func (t *Transport) Breakers() map[string]circuit.Metrics {
+func (t *Attempter) Breakers() map[string]circuit.Metrics {
 	t.mu.RLock()
 	ps := make(map[string]*admission.Pipeline, len(t.upstreams))
 	for k, u := range t.upstreams {
@@ -228,7 +228,7 @@ func (t *Transport) Breakers() map[string]circuit.Metrics {
 
 // upstreamLocked returns the upstream named key, creating it (within
 // MaxUpstreams) if needed; t.mu must be held for writing.
-func (t *Transport) upstreamLocked(key string) (*upstream, error) {
+func (t *Attempter) upstreamLocked(key string) (*upstream, error) {
 	if u := t.upstreams[key]; u != nil {
 		return u, nil
 	}
@@ -248,7 +248,7 @@ func (t *Transport) upstreamLocked(key string) (*upstream, error) {
 
 // poolLocked returns the pool for scheme, addr and proxy, creating it if
 // needed; t.mu must be held for writing.
-func (t *Transport) poolLocked(scheme, addr string, proxy *url.URL, proxyKey string) *pool {
+func (t *Attempter) poolLocked(scheme, addr string, proxy *url.URL, proxyKey string) *pool {
 	k := scheme + "://" + addr
 	if proxyKey != "" {
 		k += " via " + proxyKey
@@ -266,7 +266,7 @@ func (t *Transport) poolLocked(scheme, addr string, proxy *url.URL, proxyKey str
 
 // renewPool returns the pool that replaces p, forgotten while an attempt
 // still held a route to it.
-func (t *Transport) renewPool(p *pool) (*pool, error) {
+func (t *Attempter) renewPool(p *pool) (*pool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -281,7 +281,7 @@ func (t *Transport) renewPool(p *pool) (*pool, error) {
 
 // armSweeperLocked arms the sweeper if it is not armed; t.mu must be held
 // for writing.
-func (t *Transport) armSweeperLocked() {
+func (t *Attempter) armSweeperLocked() {
 	if t.keep > 0 && t.sweeper == nil && !t.closed {
 		t.sweeper = time.AfterFunc(t.keep/sweepsPerIdleTime, t.sweep)
 	}
@@ -289,14 +289,14 @@ func (t *Transport) armSweeperLocked() {
 
 // forgettable reports whether u holds nothing worth keeping (see the
 // comment at the top of this file).
-func (t *Transport) forgettable(u *upstream) bool {
+func (t *Attempter) forgettable(u *upstream) bool {
 	p := u.pipeline
 	return p.Breaker().State() == t.admission.Circuit.StartState && p.Bulkhead().InUse() == 0 && p.Limiter().Full()
 }
 
 // sweep forgets what has been idle for the idle time, and arms itself again
 // while anything is kept.
-func (t *Transport) sweep() {
+func (t *Attempter) sweep() {
 	epoch := t.epoch.Add(1)
 	t.mu.Lock()
 	var forgotten []string
@@ -329,7 +329,7 @@ func (t *Transport) sweep() {
 // recently used sixteenth of MaxUpstreams (at least one) among the upstreams
 // that hold nothing, whatever their idle time; it reports whether it forgot
 // any. t.mu must be held for writing.
-func (t *Transport) makeRoomLocked() bool {
+func (t *Attempter) makeRoomLocked() bool {
 	var candidates []*upstream
 	for _, u := range t.upstreams {
 		if t.forgettable(u) {
@@ -355,10 +355,10 @@ func (t *Transport) makeRoomLocked() bool {
 }
 
 // shrinkLocked rebuilds the maps that shrank to a quarter of their peak:
-// a Go map keeps its buckets when entries are deleted, so a Transport that
+// a Go map keeps its buckets when entries are deleted, so an Attempter that
 // once knew many upstreams would otherwise keep their room. t.mu must be held
 // for writing.
-func (t *Transport) shrinkLocked() {
+func (t *Attempter) shrinkLocked() {
 	t.upstreams = shrunk(t.upstreams, &t.peaks[0])
 	t.pools = shrunk(t.pools, &t.peaks[1])
 	t.routes = shrunk(t.routes, &t.peaks[2])
@@ -378,14 +378,14 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 }
 
 // forgetLocked forgets u; t.mu must be held for writing.
-func (t *Transport) forgetLocked(u *upstream) {
+func (t *Attempter) forgetLocked(u *upstream) {
 	delete(t.upstreams, u.key)
 	u.forgotten = true
 }
 
 // dropRoutesLocked drops the routes to forgotten upstreams or pools; t.mu
 // must be held for writing.
-func (t *Transport) dropRoutesLocked() {
+func (t *Attempter) dropRoutesLocked() {
 	for hk, r := range t.routes {
 		r.pool.mu.Lock()
 		gone := r.pool.forgotten
@@ -397,7 +397,7 @@ func (t *Transport) dropRoutesLocked() {
 }
 
 // notifyForgotten tells Config.OnForget of the forgotten keys.
-func (t *Transport) notifyForgotten(keys []string) {
+func (t *Attempter) notifyForgotten(keys []string) {
 	if t.onForget == nil {
 		return
 	}
@@ -410,7 +410,7 @@ func (t *Transport) notifyForgotten(keys []string) {
 }
 
 // CloseIdleConnections closes every connection that carries no request.
-func (t *Transport) CloseIdleConnections() {
+func (t *Attempter) CloseIdleConnections() {
 	for _, p := range t.allPools() {
 		p.closeIdle()
 	}
@@ -418,7 +418,7 @@ func (t *Transport) CloseIdleConnections() {
 
 // Close closes every connection, interrupting requests in flight, and stops
 // the sweeper; later calls fail.
-func (t *Transport) Close() {
+func (t *Attempter) Close() {
 	t.mu.Lock()
 	t.closed = true
 	if t.sweeper != nil {
@@ -431,7 +431,7 @@ func (t *Transport) Close() {
 	}
 }
 
-func (t *Transport) allPools() []*pool {
+func (t *Attempter) allPools() []*pool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	ps := make([]*pool, 0, len(t.pools))

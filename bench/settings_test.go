@@ -40,7 +40,7 @@ func outboundAdmissionConfig(upstream string) admission.Config {
 			MinimumCalls:         windowSize,
 			WaitInOpen:           waitInOpen,
 		},
-		Rate:     ratelimit.Config{Rate: ratePerSecond, Burst: rateBurst},
+		Rate:     ratelimit.Config{PerSecond: ratePerSecond, Burst: rateBurst},
 		Bulkhead: bulkhead.Config{MaxConcurrent: bulkheadSlots},
 	}
 }

@@ -312,11 +312,11 @@ func TestBehindNginxOutboundFailsNoCallThatNetHTTPGetsThrough(t *testing.T) {
 			base := func() *http.Transport {
 				return &http.Transport{Protocols: m.protos(), TLSClientConfig: ca.clientConfig(), MaxIdleConnsPerHost: 64}
 			}
-			ob, err := outbound.NewClient(outbound.Config{Transport: base(), Timeout: 10 * time.Second, AttemptTimeout: 5 * time.Second})
+			ob, err := outbound.New(outbound.Config{Transport: base(), Timeout: 10 * time.Second, AttemptTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ob.Transport().Close()
+			defer ob.Close()
 			bareTransport := base()
 			defer bareTransport.CloseIdleConnections()
 			bare := &http.Client{Transport: bareTransport, Timeout: 10 * time.Second}

@@ -395,10 +395,8 @@ func (r *recorder) budgetExhausted(ctx context.Context, upstream string) {
 
 func (r *recorder) callDone(ctx context.Context, o *outcome.Outcome) {
 	commit := o.Commit
-	if commit == 0 { // not resolved (a GetBody that failed before a retry): resolve a copy
-		c := *o
-		c.Resolve()
-		commit = c.Commit
+	if commit == 0 { // not resolved (a GetBody that failed before a retry)
+		commit = outcome.CommitOf(o.Attempts)
 	}
 	r.calls.Add(ctx, 1, r.opts(setKey{kind: kindCalls, a: o.Upstream, n: int(commit)}).add...)
 	st, _ := ctx.Value(callKey{}).(*callState)

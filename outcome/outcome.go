@@ -95,21 +95,20 @@ type Outcome struct {
 	IdempotencyKey string
 }
 
-// Resolve sets o.Commit from the attempts of a call that ended without an
-// answer: Unknown if any may have been processed (an ambiguous failure, or
-// an answer that was retried), else NotCommitted; and Committed if the last
-// attempt was answered.
-func (o *Outcome) Resolve() {
-	o.Commit = NotCommitted
-	if n := len(o.Attempts); n > 0 && o.Attempts[n-1].Category == classify.Answered {
-		o.Commit = Committed
-		return
+// CommitOf returns the commit status of a call that made these attempts:
+// Committed if the last was answered; else Unknown if any may have been
+// processed (an ambiguous failure, or an answer that was retried); else
+// NotCommitted.
+func CommitOf(attempts []Attempt) Commit {
+	if n := len(attempts); n > 0 && attempts[n-1].Category == classify.Answered {
+		return Committed
 	}
-	for _, a := range o.Attempts {
+	for _, a := range attempts {
 		if a.Category == classify.Ambiguous || a.Category == classify.Answered {
-			o.Commit = Unknown
+			return Unknown
 		}
 	}
+	return NotCommitted
 }
 
 // String renders the outcome on one line per attempt.

@@ -27,10 +27,8 @@ func TestCommitStatusFollowsWhatTheAttemptsProved(t *testing.T) {
 		{"answered 503, then not sent", []outcome.Attempt{a(classify.Answered), a(classify.NotSent)}, outcome.Unknown},
 		{"no attempt", nil, outcome.NotCommitted},
 	} {
-		o := &outcome.Outcome{Attempts: tc.attempts}
-		o.Resolve()
-		if o.Commit != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, o.Commit, tc.want)
+		if got := outcome.CommitOf(tc.attempts); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -39,7 +37,7 @@ func TestErrorMatchesItsCommitStatusAndUnwrapsTheAttempt(t *testing.T) {
 	cause := &classify.Error{Upstream: "u", Stage: classify.StageAwait, Category: classify.Ambiguous,
 		Evidence: classify.EvidenceBytesWritten, Err: syscall.ECONNRESET}
 	o := &outcome.Outcome{Upstream: "u", Method: "POST", Attempts: []outcome.Attempt{{Category: classify.Ambiguous}}}
-	o.Resolve()
+	o.Commit = outcome.CommitOf(o.Attempts)
 	err := error(&outcome.Error{Outcome: o, Err: cause})
 	if !errors.Is(err, outcome.ErrUnknown) || errors.Is(err, outcome.ErrNotCommitted) ||
 		!errors.Is(err, classify.ErrAmbiguous) || !errors.Is(err, syscall.ECONNRESET) {

@@ -1,9 +1,12 @@
 package retry
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/outboundhq/outbound/internal/cfgerr"
 )
 
 // Backoff configures the wait between attempts: exponential, with jitter.
@@ -18,6 +21,33 @@ type Backoff struct {
 	// Jitter spreads each wait uniformly over ±Jitter of itself, in [0, 1].
 	// Default 0.2. Negative means none.
 	Jitter float64
+}
+
+// Validate reports the first field of b that is invalid, or contradicts
+// another once the defaults apply: a negative wait, a Max below Initial, a
+// Multiplier below 1 (a wait that shrinks is no backoff) or a Jitter above 1.
+func (b Backoff) Validate() error {
+	d := b.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return &cfgerr.Error{Pkg: "retry", Type: "Backoff", Path: []string{field}, Issue: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case b.Initial < 0:
+		return bad("Initial", "must be >= 0, got %v", b.Initial)
+	case b.Max < 0:
+		return bad("Max", "must be >= 0, got %v", b.Max)
+	case d.Max < d.Initial:
+		note := ""
+		if b.Initial == 0 {
+			note = ", the default"
+		}
+		return bad("Max", "must be at least Initial (%v%s), got %v", d.Initial, note, d.Max)
+	case b.Multiplier != 0 && b.Multiplier < 1:
+		return bad("Multiplier", "must be 0 (the default, 2) or at least 1, got %v", b.Multiplier)
+	case b.Jitter > 1:
+		return bad("Jitter", "must be at most 1 (negative: none), got %v", b.Jitter)
+	}
+	return nil
 }
 
 func (b Backoff) withDefaults() Backoff {

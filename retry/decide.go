@@ -96,7 +96,7 @@ type Reason uint8
 
 const (
 	Retryable                Reason = iota + 1 // another attempt will be made
-	Answered                                   // an answer that is not retried (or a success)
+	FinalAnswer                                // an answer that is not retried (or a success)
 	LocalRejection                             // a local guard refused the attempt
 	OneShotBody                                // the body cannot be sent again
 	NotIdempotent                              // the upstream may have processed a non-idempotent request
@@ -116,7 +116,7 @@ const (
 	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
 )
 
-var reasonNames = [...]string{Retryable: "retryable", Answered: "answered", LocalRejection: "rejected locally",
+var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", LocalRejection: "rejected locally",
 	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
 	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
@@ -155,7 +155,7 @@ func Decide(in Input) Decision {
 	switch in.Category {
 	case classify.Answered:
 		if !in.RetryableStatus {
-			return no(Answered)
+			return no(FinalAnswer)
 		}
 	case classify.LocalRejection:
 		if in.Evidence == classify.EvidenceInvalidRequest {

@@ -150,7 +150,7 @@ func TestDecisionForEveryCombination(t *testing.T) {
 					idempotent := id.method == "GET" || id.method == "PUT" || id.method == "DELETE" || id.key
 					switch {
 					case c.c == classify.Answered && !c.retryable: // rule 1
-						want = retry.Answered
+						want = retry.FinalAnswer
 					case c.c == classify.LocalRejection: // rule 2
 						want = retry.LocalRejection
 					case !replayable: // rule 3

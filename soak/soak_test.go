@@ -170,7 +170,7 @@ func newUpstream(p outboundtest.Proto, striped bool) *upstream {
 		Admission: admission.Config{
 			Circuit: circuit.Config{WindowSize: 20, MinimumCalls: 10, WaitInOpen: 200 * time.Millisecond,
 				PermittedCallsInHalfOpen: 3, MaxWaitInHalfOpen: time.Second},
-			Rate:     ratelimit.Config{Rate: 1500, Burst: 60},
+			Rate:     ratelimit.Config{PerSecond: 1500, Burst: 60},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 8},
 			OnEvent:  u.events.on,
 		},

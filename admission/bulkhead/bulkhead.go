@@ -22,12 +22,13 @@ package bulkhead
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/outboundhq/outbound/internal/cfgerr"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -66,12 +67,12 @@ type Bulkhead struct {
 func New(cfg Config) (*Bulkhead, error) {
 	switch {
 	case cfg.MaxConcurrent < 0:
-		return nil, fmt.Errorf("bulkhead: Config.MaxConcurrent must be >= 0, got %d", cfg.MaxConcurrent)
+		return nil, cfgerr.New("bulkhead", "MaxConcurrent", "must be >= 0, got %d", cfg.MaxConcurrent)
 	case cfg.MaxWait < 0:
-		return nil, fmt.Errorf("bulkhead: Config.MaxWait must be >= 0, got %v", cfg.MaxWait)
+		return nil, cfgerr.New("bulkhead", "MaxWait", "must be >= 0, got %v", cfg.MaxWait)
 	case cfg.MaxConcurrent == 0:
 		if cfg.MaxWait != 0 {
-			return nil, fmt.Errorf("bulkhead: Config.MaxWait needs a Config.MaxConcurrent > 0")
+			return nil, cfgerr.New("bulkhead", "MaxWait", "needs MaxConcurrent > 0, got MaxConcurrent 0")
 		}
 		return nil, nil
 	}
@@ -98,18 +99,20 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 // TryAcquire takes a slot if one is free now, without waiting.
 func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
 
-// TryAcquireHint is TryAcquire for a caller that looks up once, for several
-// guards, which processor it runs on (the admission pipeline does): hint
-// chooses the per-processor cell a striped bulkhead takes from. Any hint is
-// correct; one from the caller's processor is fastest; 0 means none (the
-// bulkhead looks the processor up itself). Give the slot back with
-// ReleaseHint (the same hint spares the look-up) or Release.
-func (h *Bulkhead) TryAcquireHint(hint uint32) bool { return h == nil || h.tryAcquire(hint) }
+func init() {
+	guardlink.BulkheadStriped = func(h any) bool { return h.(*Bulkhead).striped() }
+	guardlink.BulkheadTake = func(h any, hint uint32) bool { h2 := h.(*Bulkhead); return h2 == nil || h2.tryAcquire(hint) }
+	guardlink.BulkheadRelease = func(h any, hint uint32) { h.(*Bulkhead).release(hint) }
+}
 
-// Striped reports whether the bulkhead has spread its slots over
+// striped reports whether the bulkhead has spread its slots over
 // per-processor cells (false for a nil Bulkhead).
-func (h *Bulkhead) Striped() bool { return h != nil && h.stripes.Load() != nil }
+func (h *Bulkhead) striped() bool { return h != nil && h.stripes.Load() != nil }
 
+// tryAcquire takes a slot free at once; hint chooses the per-processor cell
+// a striped bulkhead takes from. Any hint is correct; one from the caller's
+// processor is fastest; 0 means none (the bulkhead looks the processor up
+// itself). The slot goes back with release, the same hint sparing a look-up.
 func (h *Bulkhead) tryAcquire(hint uint32) bool {
 	if s := h.stripes.Load(); s != nil {
 		return h.tryStriped(s, s.Choose(hint))
@@ -196,15 +199,11 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 	}
 }
 
-// Release gives back a slot taken by Acquire, TryAcquire or TryAcquireHint.
+// Release gives back a slot taken by Acquire or TryAcquire.
 // Releasing more slots than were taken is a programming error and panics
 // (before the bulkhead is striped, at once; after, when the surplus reaches
 // the shared pool).
 func (h *Bulkhead) Release() { h.release(0) }
-
-// ReleaseHint is Release into the cell chosen by hint: any hint is correct,
-// and the one given to TryAcquireHint spares a look-up (0: none).
-func (h *Bulkhead) ReleaseHint(hint uint32) { h.release(hint) }
 
 func (h *Bulkhead) release(hint uint32) {
 	if h == nil {

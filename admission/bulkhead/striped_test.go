@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -196,28 +197,28 @@ func TestStripedBulkheadWaitersNeverSleepNextToAFreeSlot(t *testing.T) {
 func TestStripedBulkheadAnyHintIsCorrect(t *testing.T) {
 	const limit = 64
 	h := striped(t, bulkhead.Config{MaxConcurrent: limit})
-	if !h.Striped() {
-		t.Fatal("Striped() = false for a striped bulkhead")
+	if !guardlink.BulkheadStriped(h) {
+		t.Fatal("not striped")
 	}
 	for round := range 3 {
 		for i := range uint32(limit) {
-			if !h.TryAcquireHint(i * 2654435761) {
+			if !guardlink.BulkheadTake(h, i*2654435761) {
 				t.Fatalf("round %d: slot %d rejected below the limit", round, i)
 			}
 		}
-		if h.TryAcquireHint(12345) || h.TryAcquire() {
+		if guardlink.BulkheadTake(h, 12345) || h.TryAcquire() {
 			t.Fatalf("round %d: admitted beyond the limit", round)
 		}
 		for i := range uint32(limit) {
-			h.ReleaseHint(i ^ 0xdeadbeef)
+			guardlink.BulkheadRelease(h, i^0xdeadbeef)
 		}
 		if n := h.InUse(); n != 0 {
 			t.Fatalf("round %d: in use %d after releasing all", round, n)
 		}
 	}
 	var none *bulkhead.Bulkhead
-	if none.Striped() || !none.TryAcquireHint(1) {
+	if guardlink.BulkheadStriped(none) || !guardlink.BulkheadTake(none, 1) {
 		t.Fatal("a nil bulkhead must admit and not be striped")
 	}
-	none.ReleaseHint(1)
+	guardlink.BulkheadRelease(none, 1)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/outboundhq/outbound/internal/cfgerr"
 )
 
 // WindowType says how the closed-state sliding window is measured.
@@ -134,13 +136,13 @@ func (c Config) settings() (settings, error) {
 	}
 	rate := func(name string, v float64) error {
 		if !(v > 0 && v <= 100) {
-			return fmt.Errorf("circuit: Config.%s must be in (0, 100], got %v", name, v)
+			return cfgerr.New("circuit", name, "must be in (0, 100], got %v", v)
 		}
 		return nil
 	}
 	count := func(name string, v, def int) (int32, error) {
 		if v < 0 || v > math.MaxInt32/2 {
-			return 0, fmt.Errorf("circuit: Config.%s must be in [0, %d], got %d", name, math.MaxInt32/2, v)
+			return 0, cfgerr.New("circuit", name, "must be in [0, %d], got %d", math.MaxInt32/2, v)
 		}
 		if v == 0 {
 			v = def
@@ -159,7 +161,7 @@ func (c Config) settings() (settings, error) {
 		v    time.Duration
 	}{{"SlowCallDuration", c.SlowCallDuration}, {"WaitInOpen", c.WaitInOpen}} {
 		if d.v < 0 {
-			return s, fmt.Errorf("circuit: Config.%s must be >= 0, got %v", d.name, d.v)
+			return s, cfgerr.New("circuit", d.name, "must be >= 0, got %v", d.v)
 		}
 	}
 	switch c.WindowType {
@@ -168,10 +170,10 @@ func (c Config) settings() (settings, error) {
 	case TimeBased:
 		s.windowSize, err = count("WindowSize", c.WindowSize, 60)
 		if err == nil && s.windowSize > 3600 {
-			err = fmt.Errorf("circuit: Config.WindowSize of a time-based window must be at most 3600 seconds, got %d", s.windowSize)
+			err = cfgerr.New("circuit", "WindowSize", "of a time-based window must be at most 3600 seconds, got %d", s.windowSize)
 		}
 	default:
-		err = fmt.Errorf("circuit: Config.WindowType must be CountBased or TimeBased, got %d", uint8(c.WindowType))
+		err = cfgerr.New("circuit", "WindowType", "must be CountBased or TimeBased, got %d", uint8(c.WindowType))
 	}
 	if err != nil {
 		return s, err
@@ -191,17 +193,17 @@ func (c Config) settings() (settings, error) {
 	s.openJitter = c.WaitInOpenJitter
 	switch {
 	case !(s.openMultiplier >= 1) || math.IsInf(s.openMultiplier, 0):
-		return s, fmt.Errorf("circuit: Config.WaitInOpenMultiplier must be 0 or at least 1, got %v", c.WaitInOpenMultiplier)
+		return s, cfgerr.New("circuit", "WaitInOpenMultiplier", "must be 0 or at least 1, got %v", c.WaitInOpenMultiplier)
 	case c.MaxWaitInOpen < 0 || c.MaxWaitInOpen > 0 && c.MaxWaitInOpen < s.waitOpen:
-		return s, fmt.Errorf("circuit: Config.MaxWaitInOpen must be 0 or at least WaitInOpen (%v), got %v", s.waitOpen, c.MaxWaitInOpen)
+		return s, cfgerr.New("circuit", "MaxWaitInOpen", "must be 0 or at least WaitInOpen (%v), got %v", s.waitOpen, c.MaxWaitInOpen)
 	case !(s.openJitter >= 0 && s.openJitter < 1):
-		return s, fmt.Errorf("circuit: Config.WaitInOpenJitter must be in [0, 1), got %v", c.WaitInOpenJitter)
+		return s, cfgerr.New("circuit", "WaitInOpenJitter", "must be in [0, 1), got %v", c.WaitInOpenJitter)
 	}
 	switch c.StartState {
 	case Closed, Disabled, MetricsOnly, ForcedOpen:
 		s.start = c.StartState
 	default:
-		return s, fmt.Errorf("circuit: Config.StartState must be CLOSED, DISABLED, METRICS_ONLY or FORCED_OPEN, got %v", c.StartState)
+		return s, cfgerr.New("circuit", "StartState", "must be CLOSED, DISABLED, METRICS_ONLY or FORCED_OPEN, got %v", c.StartState)
 	}
 	return s, nil
 }

@@ -31,12 +31,13 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
 
+	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -46,12 +47,12 @@ var ErrLimited = errors.New("ratelimit: rate limit exceeded")
 
 // Config configures a Limiter. The zero value means "no limit".
 type Config struct {
-	// Rate is the sustained number of tokens per second. Zero means no
+	// PerSecond is the sustained number of tokens per second. Zero means no
 	// limit: New returns a nil *Limiter, on which every method admits.
-	Rate float64
+	PerSecond float64
 
 	// Burst is how many tokens may be taken at once after an idle period.
-	// Zero means one second's worth of Rate (at least 1).
+	// Zero means one second's worth of PerSecond (at least 1).
 	Burst int
 
 	// MaxWait is the longest an attempt waits for a token. Zero means an
@@ -79,25 +80,25 @@ type Limiter struct {
 // zero. Errors name the offending field.
 func New(cfg Config) (*Limiter, error) {
 	switch {
-	case !(cfg.Rate >= 0 && cfg.Rate <= 1e9):
-		return nil, fmt.Errorf("ratelimit: Config.Rate must be in [0, 1e9] per second, got %v", cfg.Rate)
+	case !(cfg.PerSecond >= 0 && cfg.PerSecond <= 1e9):
+		return nil, cfgerr.New("ratelimit", "PerSecond", "must be in [0, 1e9], got %v", cfg.PerSecond)
 	case cfg.Burst < 0:
-		return nil, fmt.Errorf("ratelimit: Config.Burst must be >= 0, got %d", cfg.Burst)
+		return nil, cfgerr.New("ratelimit", "Burst", "must be >= 0, got %d", cfg.Burst)
 	case cfg.MaxWait < 0:
-		return nil, fmt.Errorf("ratelimit: Config.MaxWait must be >= 0, got %v", cfg.MaxWait)
-	case cfg.Rate == 0:
+		return nil, cfgerr.New("ratelimit", "MaxWait", "must be >= 0, got %v", cfg.MaxWait)
+	case cfg.PerSecond == 0:
 		if cfg.Burst != 0 || cfg.MaxWait != 0 {
-			return nil, fmt.Errorf("ratelimit: Config.Burst and Config.MaxWait need a Config.Rate > 0")
+			return nil, cfgerr.New("ratelimit", "Burst", "and MaxWait need PerSecond > 0, got PerSecond 0")
 		}
 		return nil, nil
 	}
-	interval := max(1, int64(math.Round(float64(time.Second)/cfg.Rate)))
+	interval := max(1, int64(math.Round(float64(time.Second)/cfg.PerSecond)))
 	burst := int64(cfg.Burst)
 	if burst == 0 {
-		burst = max(1, int64(math.Ceil(cfg.Rate)))
+		burst = max(1, int64(math.Ceil(cfg.PerSecond)))
 	}
 	if burst > math.MaxInt64/4/interval {
-		return nil, fmt.Errorf("ratelimit: Config.Burst %d is too large for Config.Rate %v", cfg.Burst, cfg.Rate)
+		return nil, cfgerr.New("ratelimit", "Burst", "%d is too large for PerSecond %v", cfg.Burst, cfg.PerSecond)
 	}
 	l := &Limiter{interval: interval, tau: burst * interval, maxWait: int64(cfg.MaxWait)}
 	l.tat.Store(clock.Never)
@@ -121,17 +122,19 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // Limiter always has one.
 func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(0) }
 
-// TryAcquireHint is TryAcquire for a caller that looks up once, for several
-// guards, which processor it runs on (the admission pipeline does): hint
-// chooses the per-processor cell a striped limiter takes from. Any hint is
-// correct; one from the caller's processor is fastest; 0 means none (the
-// limiter looks the processor up itself).
-func (l *Limiter) TryAcquireHint(hint uint32) bool { return l == nil || l.tryTake(hint) }
+func init() {
+	guardlink.LimiterStriped = func(l any) bool { return l.(*Limiter).striped() }
+	guardlink.LimiterTake = func(l any, hint uint32) bool { l2 := l.(*Limiter); return l2 == nil || l2.tryTake(hint) }
+}
 
-// Striped reports whether the limiter leases tokens to per-processor cells
+// striped reports whether the limiter leases tokens to per-processor cells
 // (false for a nil Limiter).
-func (l *Limiter) Striped() bool { return l != nil && l.stripes.Load() != nil }
+func (l *Limiter) striped() bool { return l != nil && l.stripes.Load() != nil }
 
+// tryTake takes a token available at once; hint chooses the per-processor
+// cell a striped limiter takes from. Any hint is correct; one from the
+// caller's processor is fastest; 0 means none (the limiter looks the
+// processor up itself).
 func (l *Limiter) tryTake(hint uint32) bool {
 	if s := l.stripes.Load(); s != nil {
 		return l.takeStriped(s, s.Choose(hint))

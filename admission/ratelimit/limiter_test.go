@@ -41,7 +41,7 @@ func run(t *testing.T, l *Limiter, steps []step) {
 }
 
 func TestAdmitsTheBurstThenTheRate(t *testing.T) {
-	l := mustNew(t, Config{Rate: 2, Burst: 3}) // one token every 500 ms
+	l := mustNew(t, Config{PerSecond: 2, Burst: 3}) // one token every 500 ms
 	run(t, l, []step{
 		{at: 0, ok: true}, {at: 0, ok: true}, {at: 0, ok: true}, {at: 0, ok: false},
 		{at: sec/2 - 1, ok: false}, {at: sec / 2, ok: true}, {at: sec / 2, ok: false},
@@ -51,7 +51,7 @@ func TestAdmitsTheBurstThenTheRate(t *testing.T) {
 }
 
 func TestRefundGivesBackExactlyOneToken(t *testing.T) {
-	l := mustNew(t, Config{Rate: 1, Burst: 2})
+	l := mustNew(t, Config{PerSecond: 1, Burst: 2})
 	run(t, l, []step{
 		{at: 0, ok: true}, {at: 0, ok: true}, {at: 0, ok: false},
 		{refund: true}, {at: 0, ok: true}, {at: 0, ok: false},
@@ -59,7 +59,7 @@ func TestRefundGivesBackExactlyOneToken(t *testing.T) {
 }
 
 func TestRefundsNeverRaiseTheBurst(t *testing.T) {
-	l := mustNew(t, Config{Rate: 1, Burst: 2})
+	l := mustNew(t, Config{PerSecond: 1, Burst: 2})
 	for range 10 {
 		l.Refund() // refunds of an idle limiter are lost, not banked
 	}
@@ -71,7 +71,7 @@ func TestBurstDefaultsToOneSecondOfRate(t *testing.T) {
 		rate float64
 		want int
 	}{{10, 10}, {0.5, 1}, {2.5, 3}} {
-		l := mustNew(t, Config{Rate: tc.rate})
+		l := mustNew(t, Config{PerSecond: tc.rate})
 		if got := l.availableAt(0); got != tc.want {
 			t.Errorf("rate %v: burst %d, want %d", tc.rate, got, tc.want)
 		}
@@ -93,7 +93,7 @@ func TestZeroRateMeansNoLimit(t *testing.T) {
 
 func TestRejectsAtOnceWithoutMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, Config{Rate: 1, Burst: 1})
+		l := mustNew(t, Config{PerSecond: 1, Burst: 1})
 		ctx := context.Background()
 		if err := l.Acquire(ctx); err != nil {
 			t.Fatal(err)
@@ -110,7 +110,7 @@ func TestRejectsAtOnceWithoutMaxWait(t *testing.T) {
 
 func TestWaitsForATokenWithinMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, Config{Rate: 1, Burst: 1, MaxWait: 2 * time.Second})
+		l := mustNew(t, Config{PerSecond: 1, Burst: 1, MaxWait: 2 * time.Second})
 		ctx := context.Background()
 		_ = l.Acquire(ctx)
 		start := time.Now()
@@ -124,7 +124,7 @@ func TestWaitsForATokenWithinMaxWait(t *testing.T) {
 }
 
 func TestRejectsWhenTheTokenComesAfterMaxWait(t *testing.T) {
-	l := mustNew(t, Config{Rate: 1, Burst: 1, MaxWait: 2 * time.Second})
+	l := mustNew(t, Config{PerSecond: 1, Burst: 1, MaxWait: 2 * time.Second})
 	ctx := context.Background()
 	run(t, l, []step{{at: 0, ok: true}})
 	for i, want := range []int64{1 * sec, 2 * sec} {
@@ -139,7 +139,7 @@ func TestRejectsWhenTheTokenComesAfterMaxWait(t *testing.T) {
 
 func TestWaitEndsWithTheContextAndRefunds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, Config{Rate: 1, Burst: 1, MaxWait: 10 * time.Second})
+		l := mustNew(t, Config{PerSecond: 1, Burst: 1, MaxWait: 10 * time.Second})
 		_ = l.Acquire(context.Background())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
@@ -158,7 +158,7 @@ func TestWaitEndsWithTheContextAndRefunds(t *testing.T) {
 
 func TestDoesNotWaitPastTheContextDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, Config{Rate: 1, Burst: 1, MaxWait: 10 * time.Second})
+		l := mustNew(t, Config{PerSecond: 1, Burst: 1, MaxWait: 10 * time.Second})
 		_ = l.Acquire(context.Background())
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
@@ -177,10 +177,10 @@ func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
 		field string
 		cfg   Config
 	}{
-		{"Rate", Config{Rate: -1}},
-		{"Rate", Config{Rate: 2e9}},
-		{"Burst", Config{Rate: 1, Burst: -1}},
-		{"MaxWait", Config{Rate: 1, MaxWait: -1}},
+		{"PerSecond", Config{PerSecond: -1}},
+		{"PerSecond", Config{PerSecond: 2e9}},
+		{"Burst", Config{PerSecond: 1, Burst: -1}},
+		{"MaxWait", Config{PerSecond: 1, MaxWait: -1}},
 		{"Burst", Config{Burst: 5}},
 	} {
 		_, err := New(tc.cfg)

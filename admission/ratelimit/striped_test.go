@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -30,7 +31,7 @@ func stripedLimiter(t *testing.T, cfg Config) *Limiter {
 func TestStripedLimiterAdmitsExactlyTheBurstAtOneInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const burst = 1000
-		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
+		l := stripedLimiter(t, Config{PerSecond: 1, Burst: burst})
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for range 16 {
@@ -53,7 +54,7 @@ func TestStripedLimiterAdmitsExactlyTheBurstAtOneInstant(t *testing.T) {
 
 func TestStripedLimiterRefundsToTheBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := stripedLimiter(t, Config{Rate: 1, Burst: 100})
+		l := stripedLimiter(t, Config{PerSecond: 1, Burst: 100})
 		for range 100 {
 			if !l.TryAcquire() {
 				t.Fatal("rejected within the burst")
@@ -77,7 +78,7 @@ func TestStripedLimiterRefundsToTheBucket(t *testing.T) {
 func TestStripedLimiterKeepsTheSustainedRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const rate, burst, seconds = 100, 50, 20
-		l := stripedLimiter(t, Config{Rate: rate, Burst: burst})
+		l := stripedLimiter(t, Config{PerSecond: rate, Burst: burst})
 		admitted := 0
 		for range seconds * 1000 {
 			for l.TryAcquire() {
@@ -96,7 +97,7 @@ func TestStripedLimiterKeepsTheSustainedRate(t *testing.T) {
 
 func TestLimiterStripesAfterRepeatedContention(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	l := mustNew(t, Config{Rate: 1e6, Burst: 10000})
+	l := mustNew(t, Config{PerSecond: 1e6, Burst: 10000})
 	for range shard.After - 1 {
 		l.contention()
 	}
@@ -111,7 +112,7 @@ func TestLimiterStripesAfterRepeatedContention(t *testing.T) {
 
 func TestLimiterWithASmallBurstNeverStripes(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	l := mustNew(t, Config{Rate: 100, Burst: 40}) // Burst/(8×4 cells): batches of one
+	l := mustNew(t, Config{PerSecond: 100, Burst: 40}) // Burst/(8×4 cells): batches of one
 	for range 10 * shard.After {
 		l.contention()
 	}
@@ -127,7 +128,7 @@ func TestStripedLimiterTakesTokensFromOtherCellsBeforeRejecting(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	synctest.Test(t, func(t *testing.T) {
 		const burst = 64
-		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
+		l := stripedLimiter(t, Config{PerSecond: 1, Burst: burst})
 		s := l.stripes.Load()
 		other := s.Cell() + 1 // the cell of a processor other than this one, mostly
 		taken := 0
@@ -155,7 +156,7 @@ func TestStripedLimiterKeepsCellsUnderAnEighthOfTheBurst(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
 		const burst = 256
-		l := mustNew(t, Config{Rate: 1, Burst: burst})
+		l := mustNew(t, Config{PerSecond: 1, Burst: burst})
 		runtime.GOMAXPROCS(8)
 		for range shard.After {
 			l.contention()
@@ -188,12 +189,12 @@ func TestStripedLimiterKeepsCellsUnderAnEighthOfTheBurst(t *testing.T) {
 func TestStripedLimiterAnyHintIsCorrect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const burst = 500
-		l := stripedLimiter(t, Config{Rate: 1, Burst: burst})
-		if !l.Striped() {
-			t.Fatal("Striped() = false for a striped limiter")
+		l := stripedLimiter(t, Config{PerSecond: 1, Burst: burst})
+		if !l.striped() {
+			t.Fatal("striped() = false for a striped limiter")
 		}
 		n := 0
-		for i := uint32(0); l.TryAcquireHint(i * 2654435761); i++ {
+		for i := uint32(0); l.tryTakeHinted(i * 2654435761); i++ {
 			n++
 		}
 		if n != burst {
@@ -201,7 +202,10 @@ func TestStripedLimiterAnyHintIsCorrect(t *testing.T) {
 		}
 	})
 	var none *Limiter
-	if none.Striped() || !none.TryAcquireHint(7) {
+	if none.striped() || !none.tryTakeHinted(7) {
 		t.Fatal("a nil limiter must admit and not be striped")
 	}
 }
+
+// tryTakeHinted is what the admission pipeline calls, through guardlink.
+func (l *Limiter) tryTakeHinted(hint uint32) bool { return guardlink.LimiterTake(l, hint) }

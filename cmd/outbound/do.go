@@ -88,12 +88,12 @@ Flags:
 			fmt.Fprintf(stderr, "* %8.3fms %s\n", float64(time.Since(start).Microseconds())/1000, e)
 		}
 	}
-	c, err := outbound.NewClient(cfg)
+	c, err := outbound.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "outbound do:", err)
 		return exitUsage
 	}
-	defer c.Transport().Close()
+	defer c.Close()
 
 	req, err := newRequest(*method, url, *data, headers)
 	if err != nil {

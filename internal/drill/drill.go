@@ -92,7 +92,7 @@ func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
 	e.srv = outboundtest.NewServer(s.Proto)
 	defer func() {
 		if e.client != nil {
-			e.client.Transport().Close()
+			e.client.Close()
 		}
 		e.srv.Close()
 	}()
@@ -120,7 +120,7 @@ type env struct {
 	ctx     context.Context
 	sc      Scenario
 	srv     *outboundtest.Server
-	client  *outbound.Client
+	client  *outbound.Transport
 	hooks   outbound.Hooks
 	observe func(*outbound.Transport)
 	start   time.Time
@@ -131,7 +131,7 @@ type env struct {
 
 // newClient builds the scenario's client; breaker transitions go to the
 // timeline.
-func (e *env) newClient(cfg outbound.Config) *outbound.Client {
+func (e *env) newClient(cfg outbound.Config) *outbound.Transport {
 	cfg.Transport = e.srv.Transport()
 	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, e.hooks)
 	user := cfg.Admission.OnEvent
@@ -146,13 +146,13 @@ func (e *env) newClient(cfg outbound.Config) *outbound.Client {
 			user(ev)
 		}
 	}
-	c, err := outbound.NewClient(cfg)
+	c, err := outbound.New(cfg)
 	if err != nil {
 		panic(err)
 	}
 	e.client = c
 	if e.observe != nil {
-		e.observe(c.Transport())
+		e.observe(c)
 	}
 	return c
 }
@@ -270,7 +270,7 @@ func (e *env) waitState(st circuit.State, limit time.Duration) bool {
 // breaker returns the breaker of the scenario's upstream, or nil before its
 // first call.
 func (e *env) breaker() *circuit.Breaker {
-	if p, ok := e.client.Transport().Attempts().Pipeline(e.srv.URL); ok {
+	if p, ok := e.client.Attempts().Pipeline(e.srv.URL); ok {
 		return p.Breaker()
 	}
 	return nil

@@ -75,7 +75,7 @@ func seed000(e *env) {
 		Admission: admission.Config{
 			Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 300 * time.Millisecond,
 				PermittedCallsInHalfOpen: 2, MaxWaitInHalfOpen: -1}, // no reclaim by time: the releases alone must do it
-			Rate:     ratelimit.Config{Rate: 10, Burst: 4},
+			Rate:     ratelimit.Config{PerSecond: 10, Burst: 4},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 1},
 		},
 		MaxAttempts: 1,
