@@ -14,8 +14,7 @@ import (
 	"github.com/outboundhq/outbound/outcome"
 )
 
-// SPEC section 4 asks for end-to-end throughput within 2% of a bare
-// net/http client with classification on; allocations are what this
+// The target is end-to-end throughput within 2% of a bare net/http client with classification on; allocations are what this
 // library adds per request on top of net/http's own. A plain GET through
 // every guard must not allocate more than the same GET through a bare
 // http.Transport (the in-process server's allocations count on both sides).

@@ -45,7 +45,7 @@ func TestAForgottenUpstreamTakesItsRetryBudgetWithIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		if _, ok := tr.Budget("http://upstream.test:80"); ok {
+		if _, ok := tr.Upstream("http://upstream.test:80"); ok {
 			t.Fatal("a budget before any call")
 		}
 		req, _ := http.NewRequest(http.MethodGet, "http://upstream.test/", nil)
@@ -55,12 +55,12 @@ func TestAForgottenUpstreamTakesItsRetryBudgetWithIt(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if _, ok := tr.Budget("http://upstream.test:80"); !ok {
+		if _, ok := tr.Upstream("http://upstream.test:80"); !ok {
 			t.Fatal("no budget after a call")
 		}
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
-		if _, ok := tr.Budget("http://upstream.test:80"); ok || len(forgotten) != 1 || forgotten[0] != "http://upstream.test:80" {
+		if _, ok := tr.Upstream("http://upstream.test:80"); ok || len(forgotten) != 1 || forgotten[0] != "http://upstream.test:80" {
 			t.Fatalf("after 10 idle minutes: budget kept %v, forgotten %v", ok, forgotten)
 		}
 	})

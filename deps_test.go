@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// SPEC F2: the core module depends on the standard library and
+// The core module depends on the standard library and
 // golang.org/x/... only; integrations (OpenTelemetry) and the peer benchmarks
 // are nested modules with their own go.mod.
 func TestCoreModuleDependsOnlyOnTheStandardLibraryAndGolangOrgX(t *testing.T) {

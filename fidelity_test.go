@@ -40,7 +40,7 @@ import (
 // budgetOf returns the retry budget kept for key.
 func budgetOf(t *testing.T, c *outbound.Transport, key string) *retry.Budget {
 	t.Helper()
-	b, ok := c.Budget(key)
+	b, ok := outbound.BudgetOf(c, key)
 	if !ok {
 		t.Fatalf("no retry budget kept for %s", key)
 	}
@@ -50,7 +50,7 @@ func budgetOf(t *testing.T, c *outbound.Transport, key string) *retry.Budget {
 // breakerPipeline returns the admission pipeline kept for s's upstream.
 func breakerPipeline(t *testing.T, c *outbound.Transport, s *outboundtest.Server) *admission.Pipeline {
 	t.Helper()
-	p, ok := c.Attempts().Pipeline(s.URL)
+	p, ok := outbound.AttemptsOf(c).Pipeline(s.URL)
 	if !ok {
 		t.Fatalf("no pipeline kept for %s", s.URL)
 	}
@@ -60,7 +60,7 @@ func breakerPipeline(t *testing.T, c *outbound.Transport, s *outboundtest.Server
 func breakerOf(t *testing.T, c *outbound.Transport, s *outboundtest.Server) circuit.Metrics {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
-	p, ok := c.Attempts().Pipeline(c.Attempts().UpstreamKey(req))
+	p, ok := outbound.AttemptsOf(c).Pipeline(c.UpstreamKey(req))
 	if !ok {
 		t.Fatalf("no pipeline kept for %s", s.URL)
 	}
@@ -671,10 +671,10 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 		}
 		if r.IntN(4) == 0 { // an exhausted budget
 			// The budget exists once the upstream is known: route it first.
-			if _, err := c.Attempts().Route(req); err != nil {
+			if _, err := outbound.AttemptsOf(c).Route(req); err != nil {
 				t.Fatal(err)
 			}
-			b, ok := c.Budget(c.Attempts().UpstreamKey(req))
+			b, ok := outbound.BudgetOf(c, c.UpstreamKey(req))
 			for range 10 {
 				if ok {
 					b.OnFailure()

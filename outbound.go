@@ -200,26 +200,60 @@ func New(cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// Attempts returns the single-attempt layer, for inspection of the
-// upstreams' guards (Attempts().Pipeline(key)).
-func (t *Transport) Attempts() *attempt.Attempter { return t.attempts }
-
 // Breakers returns a snapshot of the breaker of every upstream whose state
 // is kept, by upstream key: state and generation, the buffered, failed,
 // slow and not-permitted calls, and the failure and slow-call rates (-1
 // below the minimum number of calls), as Resilience4j reports them.
 func (t *Transport) Breakers() map[string]circuit.Metrics { return t.attempts.Breakers() }
 
-// Budget returns the retry budget of the upstream named key, and whether
-// there is one: false for a key that never had a call, or whose state was
+// Breaker returns the circuit breaker of the upstream named key, for an
+// operator's override (SetState, OpenFor), and whether the Transport keeps
+// one: false for a key that never had a call, or whose state was
 // forgotten. Looking does not create it.
-func (t *Transport) Budget(key string) (*retry.Budget, bool) {
-	b, ok := t.budgets.Load(key)
+func (t *Transport) Breaker(key string) (*circuit.Breaker, bool) {
+	p, ok := t.attempts.Pipeline(key)
 	if !ok {
 		return nil, false
 	}
-	return b.(*retry.Budget), true
+	return p.Breaker(), true
 }
+
+// UpstreamState is a snapshot of what a Transport keeps for one upstream.
+type UpstreamState struct {
+	Breaker circuit.Metrics
+	// InFlight is the number of attempts holding a bulkhead slot (0
+	// without a bulkhead); RateTokens, how many the rate limiter would give
+	// at once now (-1 without a rate limiter).
+	InFlight, RateTokens int
+	// BudgetTokens is what the retry budget holds: retries are allowed
+	// while it holds more than half of its BudgetConfig.MaxTokens.
+	BudgetTokens float64
+}
+
+// Upstream returns a snapshot of the state kept for the upstream named
+// key, and whether there is any: false for a key that never had a call, or
+// whose state was forgotten. Looking does not create it.
+func (t *Transport) Upstream(key string) (UpstreamState, bool) {
+	p, ok := t.attempts.Pipeline(key)
+	if !ok {
+		return UpstreamState{}, false
+	}
+	s := UpstreamState{Breaker: p.Breaker().Metrics(), InFlight: p.Bulkhead().InUse(), RateTokens: -1}
+	if l := p.Limiter(); l != nil {
+		s.RateTokens = l.Available()
+	}
+	if b, ok := t.budgets.Load(key); ok {
+		s.BudgetTokens = b.(*retry.Budget).Tokens()
+	}
+	return s, true
+}
+
+// Upstreams returns the keys of the upstreams whose state is kept.
+func (t *Transport) Upstreams() []string { return t.attempts.Upstreams() }
+
+// UpstreamKey returns the key of the upstream req goes to
+// (Config.UpstreamKey, or scheme://host:port).
+func (t *Transport) UpstreamKey(req *http.Request) string { return t.attempts.UpstreamKey(req) }
 
 // budget returns the retry budget of the upstream named key, creating it if
 // needed.

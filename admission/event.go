@@ -61,7 +61,7 @@ type Event struct {
 	Transition circuit.Transition // for Transition
 }
 
-// String renders the event the way the specification writes it:
+// String renders the event as the guard and what happened to it:
 // "circuit-enter", "bulkhead-reject", "rate-exit(refund)", "circuit-release",
 // "circuit-transition(CLOSED->OPEN)".
 func (e Event) String() string {

@@ -18,7 +18,7 @@ import (
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
-// recorder keeps the events of a pipeline as the specification writes them.
+// recorder keeps the events of a pipeline as Event.String writes them.
 type recorder struct {
 	mu     sync.Mutex
 	events []string
@@ -162,10 +162,10 @@ func TestRateLimiterRejectionReleasesTheCircuitPermission(t *testing.T) {
 }
 
 // TestHalfOpenTrialsRejectedLocallyDoNotStopTheBreakerFromClosing is the
-// scenario of seed 000 end to end: the upstream fails, the breaker opens, the
-// wait passes, the HALF_OPEN trial attempts are rejected by local guards, the
-// upstream recovers, and the breaker closes. With the seed's bug (the circuit
-// permission kept on a local rejection) the same scenario stays stuck.
+// recovery under back-pressure end to end: the upstream fails, the breaker
+// opens, the wait passes, the HALF_OPEN trial attempts are rejected by local
+// guards, the upstream recovers, and the breaker closes. With the circuit
+// permission kept on a local rejection, the same scenario stays stuck.
 func TestHalfOpenTrialsRejectedLocallyDoNotStopTheBreakerFromClosing(t *testing.T) {
 	cfg := admission.Config{
 		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 10 * time.Second,
@@ -216,7 +216,7 @@ func TestHalfOpenTrialsRejectedLocallyDoNotStopTheBreakerFromClosing(t *testing.
 		mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 		defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
 		if got := scenario(t); got != circuit.HalfOpen {
-			t.Fatalf("with the seed 000 bug the breaker ended %v; the scenario no longer shows the bug", got)
+			t.Fatalf("with the permission kept on a local rejection the breaker ended %v; the scenario no longer shows the bug", got)
 		}
 	})
 }

@@ -23,7 +23,7 @@ import (
 
 var smallBreaker = circuit.Config{WindowSize: 10, MinimumCalls: 10, WaitInOpen: time.Hour}
 
-// Seed 002: an upstream that answers nothing but 503 must open its circuit.
+// An upstream that answers nothing but 503 must open its circuit.
 func TestAnUpstreamAnsweringOnly503OpensItsBreaker(t *testing.T) {
 	for _, p := range protos {
 		t.Run(p.String(), func(t *testing.T) {

@@ -281,11 +281,13 @@ func TestMetricsOfA503Storm(t *testing.T) {
 	wantCounts(t, "outbound.breaker.generation", sums(t, ms, "outbound.breaker.generation", "{transition}"), map[string]int64{up: 1})
 
 	// The breaker's later states follow.
-	p, ok := e.t.Attempts().Pipeline(e.upstream)
+	b, ok := e.t.Breaker(e.upstream)
 	if !ok {
-		t.Fatalf("no pipeline kept for %s", e.upstream)
+		t.Fatalf("no breaker kept for %s", e.upstream)
 	}
-	p.Breaker().SetState(circuit.ForcedOpen)
+	if err := b.SetState(circuit.ForcedOpen); err != nil {
+		t.Fatal(err)
+	}
 	got := sums(t, e.collect(t), "outbound.breaker.state", "{state}")
 	if got["outbound.state=FORCED_OPEN "+up] != 1 || got["outbound.state=OPEN "+up] != 0 {
 		t.Errorf("after SetState(FORCED_OPEN): %v", got)
@@ -627,7 +629,7 @@ func TestAForgottenUpstreamLeavesTheBreakerGauge(t *testing.T) {
 	if u := <-forgotten; u != e.upstream { // within a few sweeps
 		t.Fatalf("forgot %s", u)
 	}
-	if _, ok := e.t.Budget(e.upstream); ok {
+	if _, ok := e.t.Upstream(e.upstream); ok {
 		t.Fatal("the retry budget outlived its upstream")
 	}
 	ms := e.collect(t)

@@ -289,6 +289,11 @@ func (f Fault) responseBody() []byte {
 
 // isConnLevel reports whether f applies to accepted connections rather than
 // to requests.
+// ConnLevel reports whether f is a connection-level fault (ResetOnAccept,
+// CloseOnAccept, StallOnAccept), which Server.EnqueueConn takes, rather than
+// a request-level one.
+func (f Fault) ConnLevel() bool { return f.isConnLevel() }
+
 func (f Fault) isConnLevel() bool {
 	switch f.kind {
 	case kindResetOnAccept, kindCloseOnAccept, kindStallOnAccept:

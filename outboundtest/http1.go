@@ -25,7 +25,12 @@ func (s *Server) serveHTTP1(c *conn) {
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
-		f := s.takeFault()
+		var spec, callID string
+		if s.faultHeader.Load() {
+			head := peekFullHead(br)
+			spec, callID = headField(head, FaultHeader), headField(head, IDHeader)
+		}
+		f := s.faultFor(spec, callID)
 		if f.kind == kindCloseBeforeRead || f.kind == kindResetBeforeRead {
 			id, method, path := peekHead(br)
 			s.receive(c, 0, id, method, path, f)
@@ -65,6 +70,37 @@ func peekHead(br *bufio.Reader) (id, method, path string) {
 		return "", "", ""
 	}
 	return req.Header.Get(IDHeader), req.Method, req.URL.Path
+}
+
+// peekFullHead returns the head of the request that has started to
+// arrive, waiting for the rest of it without consuming anything; nil if
+// the connection ends first or the head does not fit the buffer.
+func peekFullHead(br *bufio.Reader) []byte {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if end := bytes.Index(buf, []byte("\r\n\r\n")); end >= 0 {
+			return buf[:end+4]
+		}
+		if br.Buffered() >= br.Size() {
+			return nil
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return nil
+		}
+	}
+}
+
+// headField returns the value of the header field name in head, "" if
+// there is none or head does not parse.
+func headField(head []byte, name string) string {
+	if head == nil {
+		return ""
+	}
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		return ""
+	}
+	return req.Header.Get(name)
 }
 
 // serveRequest1 applies f to req and reports whether the connection may

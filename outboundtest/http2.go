@@ -319,7 +319,7 @@ func (h *h2conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	if g != nil {
 		st.f = g.f
 	} else {
-		st.f = h.s.takeFault()
+		st.f = h.s.faultFor(headerValue(f, FaultHeader), id)
 	}
 	st.e = h.s.receive(h.c, st.id, id, method, f.PseudoValue("path"), st.f)
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,6 +65,8 @@ type Server struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of the server
+
+	faultHeader atomic.Bool // EnableFaultHeader
 
 	mu         sync.Mutex
 	closed     bool
@@ -126,12 +130,22 @@ func (c *conn) reset() {
 // answers every request with Respond(200) until told otherwise. It panics if
 // it cannot listen, like httptest.NewServer.
 func NewServer(p Proto) *Server {
-	if p != HTTP1 && p != H2C && p != H2TLS {
-		panic(fmt.Sprintf("outboundtest: unknown protocol %v", p))
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := NewServerAt(p, "127.0.0.1:0")
 	if err != nil {
-		panic(fmt.Sprintf("outboundtest: failed to listen on a port: %v", err))
+		panic(err.Error())
+	}
+	return s
+}
+
+// NewServerAt is NewServer listening on addr ("127.0.0.1:8080"; port 0
+// picks one), for a server that must be found at a known address.
+func NewServerAt(p Proto, addr string) (*Server, error) {
+	if p != HTTP1 && p != H2C && p != H2TLS {
+		return nil, fmt.Errorf("outboundtest: unknown protocol %v (HTTP1, H2C or H2TLS: one server speaks one)", p)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("outboundtest: failed to listen on %s: %v", addr, err)
 	}
 	s := &Server{
 		Proto:    p,
@@ -151,7 +165,49 @@ func NewServer(p Proto) *Server {
 	s.mu.Lock()
 	s.startAccepting(ln)
 	s.mu.Unlock()
-	return s
+	return s, nil
+}
+
+// CertificatePEM returns the server's self-signed certificate in PEM, for
+// H2TLS, so that a client in another process can trust it (curl --cacert);
+// nil for the other protocols.
+func (s *Server) CertificatePEM() []byte {
+	if s.tlsConfig == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.tlsConfig.Certificates[0].Certificate[0]})
+}
+
+// EnableFaultHeader makes the server honour FaultHeader: a request that
+// carries it gets the fault it names instead of the queued or default one —
+// if it carries an IDHeader too, only the first request of that call id
+// does, so that the call's retries get the others.
+// (On HTTP/1 the server then waits for a request's whole head before it
+// chooses its fault, instead of its first byte.)
+func (s *Server) EnableFaultHeader() { s.faultHeader.Store(true) }
+
+// faultFor returns the fault of a request whose FaultHeader field is spec
+// ("" without one) and whose IDHeader field is id.
+func (s *Server) faultFor(spec, id string) Fault {
+	if spec == "" || !s.faultHeader.Load() {
+		return s.takeFault()
+	}
+	if id != "" {
+		s.mu.Lock()
+		seen := s.received[id] > 0
+		s.mu.Unlock()
+		if seen {
+			return s.takeFault() // a retry of the call: the fault was its first request's
+		}
+	}
+	f, err := ParseFault(spec)
+	if err == nil && f.isConnLevel() {
+		err = fmt.Errorf("outboundtest: %s is a connection-level fault: it cannot be chosen by a request", f)
+	}
+	if err != nil {
+		return Respond(400).WithBody([]byte(err.Error() + "\n"))
+	}
+	return f
 }
 
 // startAccepting serves ln. s.mu must be held.

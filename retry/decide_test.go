@@ -108,7 +108,7 @@ func TestAttemptsAndBudgetBoundRetries(t *testing.T) {
 
 // TestDecisionForEveryCombination covers every combination of idempotency,
 // body kind, category and Retry-After position relative to the deadline,
-// against the rules as the specification states them.
+// against the rules of the package documentation.
 func TestDecisionForEveryCombination(t *testing.T) {
 	type idem struct {
 		name   string

@@ -73,7 +73,7 @@ func newChurn(srv *outboundtest.Server) *churn {
 			}
 			c.calls.Add(1)
 			if i%256 == 0 {
-				c.peakKept.Store(max(c.peakKept.Load(), int64(len(c.client.Attempts().Upstreams()))))
+				c.peakKept.Store(max(c.peakKept.Load(), int64(len(c.client.Upstreams()))))
 			}
 		}
 	})

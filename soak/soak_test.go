@@ -189,10 +189,13 @@ func newUpstream(p outboundtest.Proto, striped bool) *upstream {
 	if striped {
 		u.name += " (striped)"
 		restore := shard.Force(true)
-		req, _ := http.NewRequest(http.MethodGet, u.srv.URL, nil)
-		if _, err := t.Attempts().Route(req); err != nil { // the pipeline is built now, striped
+		// The first call builds the upstream's pipeline: striped now.
+		req, _ := http.NewRequest(http.MethodGet, u.srv.URL+"/warm-up", nil)
+		resp, err := t.RoundTrip(req)
+		if err != nil {
 			panic(err)
 		}
+		resp.Body.Close()
 		restore()
 	}
 	return u
@@ -417,13 +420,13 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 		check(r.commit != 0, "%s %s has no commit status", kindNames[r.kind], r.id)
 	}
 	for _, u := range ups {
-		pl, ok := u.client.Attempts().Pipeline(u.srv.URL)
+		us, ok := u.client.Upstream(u.srv.URL)
 		check(ok, "%s: its state was forgotten while in use", u.name)
 		if !ok {
 			continue
 		}
-		check(pl.Bulkhead().InUse() == 0, "%s: %d bulkhead slots still held", u.name, pl.Bulkhead().InUse())
-		bm := pl.Breaker().Metrics()
+		check(us.InFlight == 0, "%s: %d bulkhead slots still held", u.name, us.InFlight)
+		bm := us.Breaker
 		check(bm.TrialsInFlight == 0, "%s: %d HALF_OPEN trial permits still held", u.name, bm.TrialsInFlight)
 		n := u.events.snapshot()
 		back := n["circuit-exit(success)"] + n["circuit-exit(failure)"] + n["circuit-release"]
@@ -436,9 +439,10 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 			// close it again.
 			closed := settleFor(3*time.Second, func() bool {
 				call(u, get, "probe")
-				return pl.Breaker().State() == circuit.Closed
+				b, _ := u.client.Breaker(u.srv.URL)
+				return b.State() == circuit.Closed
 			})
-			check(closed, "%s: the breaker of the recovered upstream is %v", u.name, pl.Breaker().State())
+			check(closed, "%s: the breaker of the recovered upstream is %v", u.name, u.client.Breakers()[u.srv.URL].State)
 		}
 	}
 	check(m.HeapAlloc < 256<<20, "heap %d MiB", m.HeapAlloc>>20)

@@ -6,7 +6,8 @@
 // itself; a number of trial calls in HALF_OPEN.
 //
 // The differences from Resilience4j are deliberate, and each is listed, with
-// its reason, in the project's design notes; the two that matter most:
+// its reason, in docs/DESIGN.md of the repository ("Differences from
+// Resilience4j"); the two that matter most:
 //   - HALF_OPEN cannot get stuck. A trial permit that is never resolved would
 //     hold its slot forever; MaxWaitInHalfOpen (finite by default) sends the
 //     breaker back to OPEN, and then to a fresh HALF_OPEN.
@@ -228,10 +229,14 @@ func (b *Breaker) Allow() (Permit, error) {
 }
 
 // TryAllow is Allow's fast path: it grants a permit at once while the
-// breaker is CLOSED and reports false otherwise (then call Allow).
+// breaker is CLOSED, and otherwise returns no permit and false (then call
+// Allow).
 func (b *Breaker) TryAllow() (Permit, bool) {
 	w := b.word.Load()
-	return Permit{b: b, word: w}, State(w&stateMask) == Closed
+	if State(w&stateMask) != Closed {
+		return Permit{}, false
+	}
+	return Permit{b: b, word: w}, true
 }
 
 func (b *Breaker) allowOther(w uint64) (Permit, error) {

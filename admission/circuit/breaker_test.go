@@ -416,8 +416,8 @@ func TestInvalidConfigFailsWithTheFieldName(t *testing.T) {
 
 // TestIdleBreakerMemory pins the heap cost of an idle breaker with a count
 // window of 100 (the default): at most half of sony/gobreaker v2.4.0's
-// (SPEC section 4 gives 488 bytes for it; bench/ measures 248 bytes here, so
-// the bound is half of that, 124).
+// (bench/ measures 248 bytes for it here, so the bound is half of that,
+// 124).
 func TestIdleBreakerMemory(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's allocator pads objects")

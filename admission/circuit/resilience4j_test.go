@@ -440,3 +440,33 @@ func TestABreakerStartsInTheStateTheConfigurationSays(t *testing.T) {
 		}
 	})
 }
+
+// TryAllow hands out no permit when it refuses: resolving what it returned
+// then cannot free a HALF_OPEN trial slot, nor decide the trials.
+func TestTryAllowRefusesWithoutAPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(t, small()) // 2 trial calls
+		record(t, b, "ffff")
+		time.Sleep(small().WaitInOpen)
+		synctest.Wait()
+		held := make([]circuit.Permit, 2)
+		for i := range held {
+			var err error
+			if held[i], err = b.Allow(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, ok := b.TryAllow()
+		if ok {
+			t.Fatal("TryAllow granted a permit in HALF_OPEN")
+		}
+		p.Release()
+		p.Failure(time.Millisecond)
+		if _, err := b.Allow(); err == nil {
+			t.Fatal("resolving a refused TryAllow freed a trial slot")
+		}
+		if m := b.Metrics(); m.State != circuit.HalfOpen || m.Calls != 0 {
+			t.Fatalf("resolving a refused TryAllow was recorded: %+v", m)
+		}
+	})
+}

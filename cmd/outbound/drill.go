@@ -14,25 +14,20 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/outboundhq/outbound/internal/drill"
+	"github.com/outboundhq/outbound/drill"
 	"github.com/outboundhq/outbound/internal/metrics"
 )
-
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
 func drillCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var only stringList
-	fs.Var(&only, "scenario", "run only this scenario (repeatable); see --list")
+	fs.Var(&only, "scenario", "run only the scenario `NAME` (repeatable); see --list")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
-	htmlPath := fs.String("html", "", "also write a self-contained HTML report with timelines to this file")
-	metricsAddr := fs.String("metrics", "", "serve the client's metrics in the Prometheus text format at http://ADDR/metrics while the drill runs")
-	metricsWait := fs.Duration("metrics-wait", 30*time.Second, "with --metrics: how long to keep serving after the drill (Ctrl-C stops)")
+	htmlPath := fs.String("html", "", "also write a self-contained HTML report with timelines to `FILE`")
+	metricsAddr := fs.String("metrics", "", "serve the client's metrics in the Prometheus text format at http://`ADDR`/metrics while the drill runs")
+	metricsWait := fs.Duration("metrics-wait", 30*time.Second, "with --metrics: how long to keep serving after the drill (`DURATION`; Ctrl-C stops)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: outbound drill [flags]
 
@@ -41,12 +36,16 @@ scripted scenarios through a client built from the library: an outage with
 recovery under local back-pressure, a 503 storm, resets before and after
 processing, REFUSED_STREAM, GOAWAY, Retry-After beyond the deadline, a
 streamed one-shot PUT, a burst against a dead upstream. Each scenario states
-what a correct client must do, what happened, and a verdict. The exit status
-is 1 if any verdict fails.
+what a correct client must do, what happened, and a verdict. To run them
+against your own configuration, use the drill package from a Go test.
+
+Exit status: 0 every verdict passed, 1 a verdict failed, 2 usage (a bad
+flag, an unknown scenario, an --html file that cannot be written), 5 the
+HTML report could not be written after the drill.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(stderr, fs)
 	}
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -62,6 +61,17 @@ Flags:
 		}
 		tw.Flush()
 		return exitOK
+	}
+	var html *os.File
+	if *htmlPath != "" {
+		// Fail before the drill, not after it: the file must be writable.
+		f, err := os.Create(*htmlPath)
+		if err != nil {
+			fmt.Fprintln(stderr, "outbound drill: --html:", err)
+			return exitUsage
+		}
+		html = f
+		defer html.Close()
 	}
 	opts := drill.Options{Only: only, Version: version()}
 	if *metricsAddr != "" {
@@ -100,11 +110,9 @@ Flags:
 		fmt.Fprintln(stderr, "outbound drill:", err)
 		return exitUsage
 	}
-	if *htmlPath != "" {
-		if err := writeHTML(*htmlPath, r); err != nil {
-			fmt.Fprintln(stderr, "outbound drill: writing the HTML report:", err)
-			return exitFailed
-		}
+	htmlErr := error(nil)
+	if html != nil {
+		htmlErr = writeHTML(html, r)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -115,9 +123,13 @@ Flags:
 		}
 	} else {
 		printReport(stdout, r)
-		if *htmlPath != "" {
+		if html != nil && htmlErr == nil {
 			fmt.Fprintf(stdout, "\nHTML report: %s\n", *htmlPath)
 		}
+	}
+	if htmlErr != nil {
+		fmt.Fprintln(stderr, "outbound drill: writing the HTML report:", htmlErr)
+		return exitIO
 	}
 	if !r.Passed {
 		return exitFailed
@@ -138,13 +150,8 @@ func serveMetrics(addr string, reg *metrics.Registry) (stop func(), url string, 
 	return func() { _ = srv.Close() }, "http://" + ln.Addr().String() + "/metrics", nil
 }
 
-func writeHTML(path string, r *drill.Report) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
+func writeHTML(f *os.File, r *drill.Report) error {
 	if err := drill.WriteHTML(f, r); err != nil {
-		f.Close()
 		return err
 	}
 	return f.Close()
@@ -178,12 +185,15 @@ func printReport(w io.Writer, r *drill.Report) {
 			}
 			fmt.Fprintf(w, "    [%s] %s: want %s, got %s\n", mark, c.What, c.Want, c.Got)
 		}
-		var states []string
+		states := []string{}
+		if len(s.Transitions) > 0 {
+			states = append(states, s.Transitions[0].From)
+		}
 		for _, t := range s.Transitions {
 			states = append(states, fmt.Sprintf("%s@%.0fms", t.To, t.AtMs))
 		}
 		if len(states) > 0 {
-			fmt.Fprintf(w, "    breaker: CLOSED -> %s\n", strings.Join(states, " -> "))
+			fmt.Fprintf(w, "    breaker: %s\n", strings.Join(states, " -> "))
 		}
 		fmt.Fprintln(w)
 	}
@@ -191,9 +201,9 @@ func printReport(w io.Writer, r *drill.Report) {
 	fmt.Fprintln(tw, "SCENARIO\tPROTO\tVERDICT\tCALLS\tEXECUTED\tATTEMPTS answered/not-sent/ambiguous/local\tCOMMITS c/n/u\tRETRIES\tTIME")
 	for _, s := range r.Scenarios {
 		a, c := s.Attempts, s.Commits
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d/%d/%d/%d\t%d/%d/%d\t%d\t%.0fms\n", s.Name, s.Protocol, verdict(s.Passed),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d/%d/%d/%d\t%d/%d/%d\t%d\t%s\n", s.Name, s.Protocol, verdict(s.Passed),
 			s.Calls, s.Executions, a["Answered"], a["NotSent"], a["Ambiguous"], a["LocalRejection"],
-			c["committed"], c["not committed"], c["unknown"], s.Retries, s.Millis)
+			c["committed"], c["not committed"], c["unknown"], s.Retries, millis(s.Millis))
 	}
 	tw.Flush()
 	passed := 0
@@ -202,5 +212,17 @@ func printReport(w io.Writer, r *drill.Report) {
 			passed++
 		}
 	}
-	fmt.Fprintf(w, "\n%s: %d of %d scenarios passed in %.1fs\n", verdict(r.Passed), passed, len(r.Scenarios), r.Millis/1000)
+	fmt.Fprintf(w, "\n%s: %d of %d scenarios passed in %s\n", verdict(r.Passed), passed, len(r.Scenarios), millis(r.Millis))
+}
+
+// millis renders a duration given in milliseconds with the precision it
+// deserves: "0.4ms", "11ms", "2.3s".
+func millis(ms float64) string {
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.1fms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0fms", ms)
+	}
+	return fmt.Sprintf("%.1fs", ms/1000)
 }

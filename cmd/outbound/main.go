@@ -1,15 +1,15 @@
 // Command outbound drills the library against a faulty upstream and sends
 // single requests through it with verdicts.
 //
-//	outbound drill [--list] [--scenario NAME]... [--json] [--html FILE]
-//	outbound do [-X METHOD] [-H 'Name: value']... [-d DATA | -d @FILE | -d @-] [-v] URL
+//	outbound drill [--list] [--scenario NAME]... [--json] [--html FILE] [--metrics ADDR]
+//	outbound do [-X METHOD] [-H 'Name: value']... [-d DATA | -d @FILE | -d @-] [-i] [-v] URL
+//	outbound upstream [--proto http1|h2c|h2tls] [--addr ADDR] [--fault SPEC]
 //	outbound version
 //
-// Run `outbound help` or `outbound COMMAND -h` for the flags.
+// Run `outbound help COMMAND` for the flags.
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +22,8 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 const (
 	exitOK           = 0
 	exitFailed       = 1 // a drill verdict failed, or the request could not be made
-	exitUsage        = 2
+	exitUsage        = 2 // a bad flag, argument or URL
+	exitIO           = 5 // drill: a report could not be written
 	exitNotCommitted = 3 // do: the call was proven not processed
 	exitUnknown      = 4 // do: the call may or may not have been processed
 )
@@ -30,11 +31,12 @@ const (
 const usage = `outbound: outbound HTTP calls that fail correctly.
 
 Usage:
-  outbound drill [flags]   run failure scenarios against an embedded faulty upstream
-  outbound do [flags] URL  send one request through the full pipeline and explain the outcome
-  outbound version         print the version
+  outbound drill [flags]     run failure scenarios against an embedded faulty upstream
+  outbound do [flags] URL    send one request through the full pipeline and explain the outcome
+  outbound upstream [flags]  serve the fault-injecting upstream, to try do, curl or any client on
+  outbound version           print the version
 
-Run "outbound COMMAND -h" for a command's flags.
+Run "outbound help COMMAND" for a command's flags.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -47,10 +49,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return drillCmd(args[1:], stdout, stderr)
 	case "do":
 		return doCmd(args[1:], stdout, stderr)
+	case "upstream":
+		return upstreamCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "outbound", version())
 		return exitOK
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[0] == "help" {
+			switch args[1] {
+			case "drill", "do", "upstream":
+				return run([]string{args[1], "-h"}, stdout, stdout)
+			}
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
@@ -87,16 +97,4 @@ func version() string {
 		rev += "+dirty"
 	}
 	return "(devel) " + rev
-}
-
-// parse parses a command's flags. When it returns false, the command must
-// return code: 0 after -h, 2 after an error (already printed by fs).
-func parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	return 0, true
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboundhq/outbound/internal/drill"
+	"github.com/outboundhq/outbound/drill"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/outboundtest"
 )
@@ -63,8 +63,8 @@ func TestDrillPassesWithJSONVerdictsAndExecutionCounts(t *testing.T) {
 func TestABrokenClientFailsTheDrillWithExitStatus1(t *testing.T) {
 	mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 	defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
-	code, out, _ := runCLI("drill", "--scenario", "seed-000-recovery-under-backpressure")
-	if code != exitFailed || !strings.Contains(out, "FAIL  seed-000-recovery-under-backpressure") ||
+	code, out, _ := runCLI("drill", "--scenario", "recovery-under-backpressure")
+	if code != exitFailed || !strings.Contains(out, "FAIL  recovery-under-backpressure") ||
 		!strings.Contains(out, "[BAD] the breaker closes again once the upstream is back") {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
@@ -72,7 +72,7 @@ func TestABrokenClientFailsTheDrillWithExitStatus1(t *testing.T) {
 
 func TestDrillListsScenariosAndRejectsUnknownOnes(t *testing.T) {
 	code, out, _ := runCLI("drill", "--list")
-	if code != exitOK || !strings.Contains(out, "seed-000-recovery-under-backpressure") || !strings.Contains(out, "goaway-below-and-above") {
+	if code != exitOK || !strings.Contains(out, "recovery-under-backpressure") || !strings.Contains(out, "goaway-below-and-above") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	code, _, errOut := runCLI("drill", "--scenario", "nope")
@@ -85,7 +85,7 @@ func TestDoRefusedConnectionIsNotCommitted(t *testing.T) {
 	s := outboundtest.NewServer(outboundtest.HTTP1)
 	defer s.Close()
 	s.Pause()
-	code, _, errOut := runCLI("do", "--attempts", "1", "-d", "x", s.URL+"/orders")
+	code, _, errOut := runCLI("do", "--max-attempts", "1", "-d", "x", s.URL+"/orders")
 	if code != exitNotCommitted || !strings.Contains(errOut, "attempt 1: NotSent at dial (no connection)") ||
 		!strings.Contains(errOut, "verdict: not committed") {
 		t.Fatalf("exit %d:\n%s", code, errOut)
@@ -146,7 +146,11 @@ func TestCommandsHelpVersionAndUsageErrors(t *testing.T) {
 		{[]string{"do"}, exitUsage, "give exactly one URL"},
 		{[]string{"do", "-H", "nocolon", "http://127.0.0.1:1/"}, exitUsage, "want 'Name: value'"},
 		{[]string{"do", "-d", "@/does/not/exist", "http://127.0.0.1:1/"}, exitUsage, "no such file"},
-		{[]string{"do", "--attempts", "-1", "http://127.0.0.1:1/"}, exitUsage, "Config.MaxAttempts"},
+		{[]string{"do", "--max-attempts", "-1", "http://127.0.0.1:1/"}, exitUsage, "outbound: Config.MaxAttempts must"},
+		{[]string{"help", "drill"}, exitOK, "Usage: outbound drill"},
+		{[]string{"help", "do"}, exitOK, "Usage: outbound do"},
+		{[]string{"help", "upstream"}, exitOK, "Usage: outbound upstream"},
+		{[]string{"drill", "-h"}, exitOK, "--scenario NAME"},
 	} {
 		code, out, errOut := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(out+errOut, tc.want) {

@@ -9,8 +9,8 @@ import "sync/atomic"
 
 var (
 	// KeepCircuitPermitOnLocalRejection leaves the circuit permission held
-	// when the rate limiter or the bulkhead rejects an attempt: the bug of
-	// seed 000, which starves a HALF_OPEN breaker of its trial slots.
+	// when the rate limiter or the bulkhead rejects an attempt: the bug
+	// that starves a HALF_OPEN breaker of its trial slots.
 	KeepCircuitPermitOnLocalRejection atomic.Bool
 
 	// SkipRateRefundOnBulkheadRejection keeps the rate token of an attempt

@@ -2,8 +2,8 @@
 // of the benchmarks, one file per round, and prints a Markdown table: for each
 // benchmark the median over the rounds of its main figure, the spread
 // (min–max), the median of its per-round ratio to the baseline measured in the
-// same round, and its allocations; then the check of each target of the
-// specification.
+// same round, and its allocations; then the check of each target (the
+// targets table of BENCHMARKS.md).
 //
 // Usage: summarize round-1.txt round-2.txt ...
 package main

@@ -15,7 +15,7 @@ type Report struct {
 
 // ScenarioResult is one scenario's run.
 type ScenarioResult struct {
-	Name     string  `json:"name"`     // e.g. "seed-000-recovery-under-backpressure"
+	Name     string  `json:"name"`     // e.g. "recovery-under-backpressure"
 	Title    string  `json:"title"`    // one line for people
 	Protocol string  `json:"protocol"` // "HTTP1", "H2C", "H2TLS"
 	Expect   string  `json:"expect"`   // what a correct client must do

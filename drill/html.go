@@ -126,7 +126,7 @@ func newPageView(r *Report) pageView {
 }
 
 // anchorFor returns the section id for a scenario: its name, so that links
-// like report.html#seed-000-… keep working across runs. Characters that do
+// like report.html#recovery-under-backpressure keep working across runs. Characters that do
 // not belong in a fragment are replaced, an empty name becomes scenario-<i>,
 // and a repeated one gets a counter so that every id is unique.
 func anchorFor(name string, i int, used map[string]bool) string {

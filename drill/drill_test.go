@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/outboundhq/outbound/internal/drill"
+	"github.com/outboundhq/outbound/drill"
 	"github.com/outboundhq/outbound/internal/mutate"
 )
 
@@ -35,12 +35,12 @@ func TestEveryDrillScenarioPasses(t *testing.T) {
 	}
 }
 
-// The drill must be able to fail: with the bug of seed 000 (the circuit
-// permission kept when a local guard rejects), its first scenario fails.
+// The drill must be able to fail: with the circuit permission kept when a
+// local guard rejects, its first scenario fails.
 func TestABrokenClientFailsTheDrill(t *testing.T) {
 	mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 	defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
-	r, err := drill.Run(context.Background(), drill.Options{Only: []string{"seed-000-recovery-under-backpressure"}})
+	r, err := drill.Run(context.Background(), drill.Options{Only: []string{"recovery-under-backpressure"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,15 +21,14 @@ import (
 	"golang.org/x/net/html"
 )
 
-// The synthetic report of these tests has three scenarios: a seed-000-like
-// recovery (CLOSED → OPEN → HALF_OPEN → CLOSED, about fifty attempts of
+// The synthetic report of these tests has three scenarios: a recovery (CLOSED → OPEN → HALF_OPEN → CLOSED, about fifty attempts of
 // every category), a failed one whose title carries markup, and one with no
 // attempts at all.
 const (
-	synthSeedName   = "seed-000-recovery-under-backpressure"
-	synthFailedName = "h2-goaway-midstream"
-	synthIdleName   = "idle-upstream"
-	synthEvilTitle  = `Retries after <script>alert("drill")</script> a GOAWAY & friends`
+	synthRecoveryName = "recovery-under-backpressure"
+	synthFailedName   = "h2-goaway-midstream"
+	synthIdleName     = "idle-upstream"
+	synthEvilTitle    = `Retries after <script>alert("drill")</script> a GOAWAY & friends`
 )
 
 func synthReport() *Report {
@@ -39,16 +38,16 @@ func synthReport() *Report {
 		Started:   time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC),
 		Millis:    2817.4,
 		Passed:    false,
-		Scenarios: []ScenarioResult{synthSeed000(), synthFailed(), synthIdle()},
+		Scenarios: []ScenarioResult{synthRecovery(), synthFailed(), synthIdle()},
 	}
 }
 
-// synthSeed000 mimics seed 000: the upstream fails, the breaker opens and
+// synthRecovery mimics the recovery under back-pressure: the upstream fails, the breaker opens and
 // rejects calls locally, then lets trial calls through in HALF_OPEN while the
 // rate limiter pushes back, and closes again once the trials succeed.
-func synthSeed000() ScenarioResult {
+func synthRecovery() ScenarioResult {
 	s := ScenarioResult{
-		Name:     synthSeedName,
+		Name:     synthRecoveryName,
 		Title:    "The breaker recovers while the local guards push back",
 		Protocol: "H2C",
 		Expect:   "Open on the burst of 503s, fail fast while OPEN, give back the circuit permit of every locally rejected trial so HALF_OPEN can close again.",
@@ -367,7 +366,7 @@ func TestWriteHTMLShowsTheVerdicts(t *testing.T) {
 		}
 	}
 	if row := domText(rows[1]); !strings.Contains(row, "24 / 11 / 1") || !strings.Contains(row, "circuit 12, rate 4, bulkhead 0") {
-		t.Errorf("summary row of %s lacks commits or rejections: %q", synthSeedName, row)
+		t.Errorf("summary row of %s lacks commits or rejections: %q", synthRecoveryName, row)
 	}
 
 	// The failed check is marked as such in the failed scenario's section.
@@ -409,7 +408,7 @@ func TestWriteHTMLEscapesReportText(t *testing.T) {
 }
 
 func TestBreakerBandFollowsTheTransitions(t *testing.T) {
-	s := synthSeed000()
+	s := synthRecovery()
 	got := stateSpans(s.Transitions, scenarioEnd(&s))
 	want := []stateSpan{
 		{0, 180, "CLOSED", "initial state"},
@@ -559,10 +558,11 @@ func TestWriteHTMLNilReport(t *testing.T) {
 // laid-out SVG with its breaker band. It also takes a screenshot.
 //
 // With OUTBOUND_SCREENSHOT=<file.png> it also writes a screenshot of the
-// seed-000 scenario there (docs/drill-seed000.png is made this way). The
+// recovery-under-backpressure scenario there (docs/drill-recovery.png is
+// made this way). The
 // scenario comes from the synthetic report, or from the JSON report named by
 // OUTBOUND_SCREENSHOT_REPORT (the output of a real drill run): its scenario
-// whose name starts with "seed-000", or else its first.
+// named recovery-under-backpressure, or else its first.
 func TestHTMLReportRendersInChromium(t *testing.T) {
 	browser := findChromium()
 	if browser == "" {
@@ -592,14 +592,14 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 	}
 
 	if out := os.Getenv("OUTBOUND_SCREENSHOT"); out != "" {
-		writeSeedScreenshot(t, browser, out)
+		writeRecoveryScreenshot(t, browser, out)
 	}
 }
 
-// writeSeedScreenshot renders a report holding only the seed-000 scenario,
+// writeRecoveryScreenshot renders a report holding only the recovery scenario,
 // so that its section is what the screenshot shows, and saves it to out (a
 // relative path is relative to this package's directory).
-func writeSeedScreenshot(t *testing.T, browser, out string) {
+func writeRecoveryScreenshot(t *testing.T, browser, out string) {
 	r := synthReport()
 	if src := os.Getenv("OUTBOUND_SCREENSHOT_REPORT"); src != "" {
 		data, err := os.ReadFile(src)
@@ -616,7 +616,7 @@ func writeSeedScreenshot(t *testing.T, browser, out string) {
 	}
 	pick := r.Scenarios[0]
 	for _, s := range r.Scenarios {
-		if strings.HasPrefix(s.Name, "seed-000") {
+		if s.Name == "recovery-under-backpressure" {
 			pick = s
 			break
 		}
@@ -624,7 +624,7 @@ func writeSeedScreenshot(t *testing.T, browser, out string) {
 	r.Scenarios = []ScenarioResult{pick}
 	r.Passed = pick.Passed
 
-	page := filepath.Join(t.TempDir(), "seed.html")
+	page := filepath.Join(t.TempDir(), "recovery.html")
 	if err := os.WriteFile(page, renderHTML(t, r), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,27 @@
-// Package drill runs scripted failure scenarios against the in-process
-// fault upstream (outboundtest) through a client built from the library, and
-// judges each against what a correct client must do. It is the engine of
-// `outbound drill`.
+// Package drill runs scripted failure scenarios against the fault upstream
+// of package outboundtest, started on loopback for each scenario, through a
+// client built from the library, and judges each against what a correct
+// client must do: an outage and the recovery under local back-pressure, a
+// 503 storm, resets before and after processing, HTTP/2 REFUSED_STREAM and
+// GOAWAY, a Retry-After beyond the deadline, a streamed one-shot PUT, a
+// burst against a dead upstream.
+//
+// By default each scenario builds its client from a configuration of its
+// own, chosen to show the behaviour quickly; that is what `outbound drill`
+// runs. Given Options.Config, every scenario uses that configuration
+// instead, so a test of yours can ask whether your configuration survives
+// these situations:
+//
+//	cfg := outbound.Config{MaxAttempts: 3, Admission: admission.Config{...}}
+//	r, err := drill.Run(ctx, drill.Options{Config: &cfg})
+//	if !r.Passed { ... r.Scenarios[i].Checks says what failed ... }
+//
+// With your configuration the scenarios last as long as its waits: the
+// outage scenario waits out the breaker's WaitInOpen (60 s by default).
 package drill
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -36,6 +53,12 @@ type Scenario struct {
 type Options struct {
 	// Only, if not empty, runs the scenarios with these names.
 	Only []string
+	// Config, if set, is the configuration every scenario's client is
+	// built from, instead of the scenario's own: its Transport gives the
+	// dialer and timeouts, but the drill sets what reaches the fault
+	// upstream (its TLS roots and protocols, no proxy); its Hooks and
+	// Admission.OnEvent are called as well as the drill's.
+	Config *outbound.Config
 	// Progress, if set, is called before each scenario.
 	Progress func(i, n int, s Scenario)
 	// Version is recorded in the report.
@@ -86,9 +109,10 @@ func Find(name string) (Scenario, bool) {
 }
 
 func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
-	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, start: time.Now(), res: ScenarioResult{Name: s.Name, Title: s.Title,
-		Protocol: s.Proto.String(), Expect: s.Expect, Attempts: map[string]int{}, Commits: map[string]int{},
-		Rejections: map[string]int{}}}
+	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, user: opts.Config, start: time.Now(),
+		res: ScenarioResult{Name: s.Name, Title: s.Title, Protocol: s.Proto.String(), Expect: s.Expect,
+			Checks: []Check{}, Attempts: map[string]int{}, Commits: map[string]int{}, Rejections: map[string]int{},
+			Transitions: []Transition{}, Events: []Event{}}}
 	e.srv = outboundtest.NewServer(s.Proto)
 	defer func() {
 		if e.client != nil {
@@ -123,16 +147,29 @@ type env struct {
 	client  *outbound.Transport
 	hooks   outbound.Hooks
 	observe func(*outbound.Transport)
+	user    *outbound.Config // Options.Config
+	cfg     outbound.Config  // the configuration of the client, once built
 	start   time.Time
 
 	mu  sync.Mutex
 	res ScenarioResult
 }
 
-// newClient builds the scenario's client; breaker transitions go to the
-// timeline.
-func (e *env) newClient(cfg outbound.Config) *outbound.Transport {
-	cfg.Transport = e.srv.Transport()
+// newClient builds the scenario's client from own, the scenario's
+// configuration, or from the user's if one was given; breaker transitions
+// go to the timeline.
+func (e *env) newClient(own outbound.Config) *outbound.Transport {
+	cfg := own
+	if e.user != nil {
+		cfg = *e.user
+	}
+	base := e.srv.Transport()
+	if cfg.Transport != nil {
+		t := cfg.Transport.Clone()
+		t.TLSClientConfig, t.Protocols, t.Proxy = base.TLSClientConfig, base.Protocols, nil
+		base = t
+	}
+	cfg.Transport = base
 	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, e.hooks)
 	user := cfg.Admission.OnEvent
 	cfg.Admission.OnEvent = func(ev admission.Event) {
@@ -150,12 +187,23 @@ func (e *env) newClient(cfg outbound.Config) *outbound.Transport {
 	if err != nil {
 		panic(err)
 	}
-	e.client = c
+	e.client, e.cfg = c, cfg
 	if e.observe != nil {
 		e.observe(c)
 	}
 	return c
 }
+
+// waitInOpen is the longest the client's breaker stays OPEN after its
+// first opening, jitter included.
+func (e *env) waitInOpen() time.Duration {
+	c := e.cfg.Admission.Circuit
+	d := cmp.Or(c.WaitInOpen, 60*time.Second)
+	return time.Duration(float64(d) * (1 + c.WaitInOpenJitter))
+}
+
+// maxAttempts is the client's most attempts per call.
+func (e *env) maxAttempts() int { return cmp.Or(e.cfg.MaxAttempts, 3) }
 
 func (e *env) now() float64 { return ms(time.Since(e.start)) }
 
@@ -208,7 +256,8 @@ func (e *env) call(r req) result {
 	for i := 0; i+1 < len(r.header); i += 2 {
 		hr.Header.Set(r.header[i], r.header[i+1])
 	}
-	startMs, start := e.now(), time.Now()
+	start := time.Now()
+	since := start.Sub(e.start)
 	resp, out, err := e.client.Do(hr)
 	res := result{out: out, err: err}
 	if resp != nil {
@@ -217,19 +266,19 @@ func (e *env) call(r req) result {
 		resp.Body.Close()
 	}
 	res.elapsed = time.Since(start)
-	e.record(startMs, out)
+	e.record(since, out)
 	return res
 }
 
-func (e *env) record(startMs float64, out *outcome.Outcome) {
+func (e *env) record(since time.Duration, out *outcome.Outcome) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.res.Calls++
 	e.res.Commits[out.Commit.String()]++
 	e.res.Retries += max(len(out.Attempts)-1, 0)
-	at := startMs
+	at := since // summed as a duration, rounded once: no float drift
 	for _, a := range out.Attempts {
-		ev := Event{AtMs: at, Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
+		ev := Event{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
 			Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous}
 		if a.Guard != 0 {
 			ev.Guard = a.Guard.String()
@@ -237,7 +286,7 @@ func (e *env) record(startMs float64, out *outcome.Outcome) {
 		}
 		e.res.Attempts[ev.Category]++
 		e.res.Events = append(e.res.Events, ev)
-		at += ms(a.Duration + a.Wait)
+		at += a.Duration + a.Wait
 	}
 }
 
@@ -256,9 +305,8 @@ func (e *env) checkInt(what string, got int, ok func(int) bool, want string) {
 // waitState waits, boundedly, until the breaker of the scenario's upstream
 // is in state st.
 func (e *env) waitState(st circuit.State, limit time.Duration) bool {
-	b := e.breaker()
 	deadline := time.Now().Add(limit)
-	for b.State() != st {
+	for e.state() != st {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -270,21 +318,19 @@ func (e *env) waitState(st circuit.State, limit time.Duration) bool {
 // breaker returns the breaker of the scenario's upstream, or nil before its
 // first call.
 func (e *env) breaker() *circuit.Breaker {
-	if p, ok := e.client.Attempts().Pipeline(e.srv.URL); ok {
-		return p.Breaker()
+	if b, ok := e.client.Breaker(e.srv.URL); ok {
+		return b
 	}
 	return nil
 }
 
-func (e *env) reached(st circuit.State) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, t := range e.res.Transitions {
-		if t.To == st.String() {
-			return true
-		}
+// state is the state of the scenario's breaker: CLOSED before its first
+// call.
+func (e *env) state() circuit.State {
+	if b := e.breaker(); b != nil {
+		return b.State()
 	}
-	return false
+	return circuit.Closed
 }
 
 // zeros is an endless stream of zero bytes.

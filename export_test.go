@@ -1,0 +1,19 @@
+package outbound
+
+import (
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// AttemptsOf returns t's attempt layer, for the tests that look inside it.
+func AttemptsOf(t *Transport) *attempt.Attempter { return t.attempts }
+
+// BudgetOf returns the live retry budget of the upstream named key, for
+// the tests that drain it.
+func BudgetOf(t *Transport, key string) (*retry.Budget, bool) {
+	b, ok := t.budgets.Load(key)
+	if !ok {
+		return nil, false
+	}
+	return b.(*retry.Budget), true
+}
