@@ -464,7 +464,7 @@ func categoryName(c classify.Category) string {
 	return c.String()
 }
 
-// The breaker gauge.
+// The upstream attribute of call spans.
 
 // upstreamAttr returns the outbound.upstream attribute of upstream's call
 // spans, cached until the upstream is forgotten.

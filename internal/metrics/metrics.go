@@ -1,8 +1,10 @@
 // Package metrics turns the library's hooks into counters and gauges served
 // in the Prometheus text exposition format, with no dependency: what
-// `outbound drill --metrics` serves. Applications should prefer the
-// OpenTelemetry module, whose Prometheus exporter serves the same kind of
-// figures under the HTTP semantic conventions.
+// `outbound drill --metrics` serves. The names and labels are those the
+// OpenTelemetry module's instruments get from the OpenTelemetry Prometheus
+// exporter (outbound_calls_total{outbound_commit_status=…,
+// outbound_upstream=…}), so that a dashboard built on one reads the other;
+// applications should use that module.
 package metrics
 
 import (
@@ -11,6 +13,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -21,24 +24,34 @@ import (
 	"github.com/outboundhq/outbound/retry"
 )
 
-// family describes one metric.
+// family describes one metric. Labels are in alphabetical order, as the
+// OpenTelemetry exporter writes them.
 type family struct {
 	name, help, kind string
 	labels           []string
 }
 
-var (
-	attempts       = family{"outbound_attempts_total", "Physical attempts, by category.", "counter", []string{"upstream", "category"}}
-	attemptSeconds = family{"outbound_attempt_duration_seconds", "Time to the response headers or the failure, by category.", "summary", []string{"upstream", "category"}}
-	rejections     = family{"outbound_rejections_total", "Attempts refused by a local guard, by guard.", "counter", []string{"upstream", "guard"}}
-	retries        = family{"outbound_retries_total", "Retries scheduled.", "counter", []string{"upstream"}}
-	declined       = family{"outbound_retries_declined_total", "Retries declined, by reason.", "counter", []string{"upstream", "reason"}}
-	budget         = family{"outbound_retry_budget_exhausted_total", "Retries declined by the retry budget.", "counter", []string{"upstream"}}
-	calls          = family{"outbound_calls_total", "Finished calls, by commit status.", "counter", []string{"upstream", "commit"}}
-	breakerState   = family{"outbound_breaker_state", "1 for the breaker's current state, 0 for the others.", "gauge", []string{"upstream", "state"}}
+const (
+	upstream = "outbound_upstream"
 )
 
-var families = []family{attempts, attemptSeconds, rejections, retries, declined, budget, calls}
+var (
+	attempts   = family{"outbound_attempts_total", "Attempts, by category.", "counter", []string{"outbound_category", upstream}}
+	rejections = family{"outbound_rejections_total", "Attempts refused by a local guard.", "counter", []string{"outbound_guard", upstream}}
+	retries    = family{"outbound_retries_total", "Retries scheduled.", "counter", []string{upstream}}
+	declined   = family{"outbound_retry_declined_total", "Retries not made, by reason.", "counter", []string{"outbound_reason", upstream}}
+	budget     = family{"outbound_retry_budget_exhausted_total", "Retries declined by the retry budget.", "counter", []string{upstream}}
+	calls      = family{"outbound_calls_total", "Finished calls, by commit status.", "counter", []string{"outbound_commit_status", upstream}}
+	duration   = family{"http_client_request_duration_seconds", "Duration of HTTP client requests.", "histogram",
+		[]string{"error_type", "http_request_method", "http_response_status_code", "server_address", "server_port", "url_scheme"}}
+	breakerState = family{"outbound_breaker_state", "Circuit breaker state: 1 for the current state, 0 for the others.", "gauge", []string{"outbound_state", upstream}}
+)
+
+var families = []family{attempts, rejections, retries, declined, budget, calls}
+
+// buckets are the bucket boundaries the HTTP semantic conventions advise
+// for http.client.request.duration, as the OpenTelemetry module uses.
+var buckets = []float64{0, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // breakerFamilies are the figures of each breaker, read from it, with how
 // to read each from its snapshot (the state is breakerState).
@@ -46,39 +59,40 @@ var breakerFamilies = []struct {
 	family
 	value func(circuit.Metrics) float64
 }{
-	{family{"outbound_breaker_generation", "Transitions the breaker has made.", "gauge", []string{"upstream"}},
-		func(m circuit.Metrics) float64 { return float64(m.Generation) }},
-	{family{"outbound_breaker_failure_rate_percent", "Failed calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{"upstream"}},
-		func(m circuit.Metrics) float64 { return m.FailureRate }},
-	{family{"outbound_breaker_slow_call_rate_percent", "Slow calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{"upstream"}},
-		func(m circuit.Metrics) float64 { return m.SlowCallRate }},
-	{family{"outbound_breaker_buffered_calls", "Calls in the breaker's window.", "gauge", []string{"upstream"}},
+	{family{"outbound_breaker_buffered_calls", "Calls in the breaker's window.", "gauge", []string{upstream}},
 		func(m circuit.Metrics) float64 { return float64(m.Calls) }},
-	{family{"outbound_breaker_failed_calls", "Failed calls in the breaker's window.", "gauge", []string{"upstream"}},
+	{family{"outbound_breaker_failed_calls", "Failed calls in the breaker's window.", "gauge", []string{upstream}},
 		func(m circuit.Metrics) float64 { return float64(m.Failed) }},
-	{family{"outbound_breaker_slow_calls", "Slow calls in the breaker's window.", "gauge", []string{"upstream"}},
-		func(m circuit.Metrics) float64 { return float64(m.Slow) }},
-	{family{"outbound_breaker_not_permitted_calls", "Calls refused since the breaker entered its state.", "gauge", []string{"upstream"}},
+	{family{"outbound_breaker_failure_rate_percent", "Failed calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{upstream}},
+		func(m circuit.Metrics) float64 { return m.FailureRate }},
+	{family{"outbound_breaker_generation", "Circuit breaker transitions so far.", "gauge", []string{upstream}},
+		func(m circuit.Metrics) float64 { return float64(m.Generation) }},
+	{family{"outbound_breaker_not_permitted_calls", "Calls refused since the breaker entered its state.", "gauge", []string{upstream}},
 		func(m circuit.Metrics) float64 { return float64(m.NotPermitted) }},
+	{family{"outbound_breaker_slow_call_rate_percent", "Slow calls in the breaker's window, or -1 below its minimum number of calls.", "gauge", []string{upstream}},
+		func(m circuit.Metrics) float64 { return m.SlowCallRate }},
+	{family{"outbound_breaker_slow_calls", "Slow calls in the breaker's window.", "gauge", []string{upstream}},
+		func(m circuit.Metrics) float64 { return float64(m.Slow) }},
 }
 
-// The two series of the attempt-duration summary, named once rather than
-// on every attempt.
-var (
-	attemptSecondsSum   = family{name: attemptSeconds.name + "_sum", labels: attemptSeconds.labels}
-	attemptSecondsCount = family{name: attemptSeconds.name + "_count", labels: attemptSeconds.labels}
-)
+// histogram is one series of the duration histogram.
+type histogram struct {
+	counts []uint64 // per bucket, not cumulative
+	sum    float64
+	n      uint64
+}
 
 // Registry holds the figures. It is safe for concurrent use.
 type Registry struct {
 	mu         sync.Mutex
 	values     map[string]map[string]float64 // family name -> label string -> value
+	durations  map[string]*histogram         // label string -> series
 	transports []*outbound.Transport         // whose breakers are reported
 }
 
 // New returns an empty Registry.
 func New() *Registry {
-	return &Registry{values: map[string]map[string]float64{}}
+	return &Registry{values: map[string]map[string]float64{}, durations: map[string]*histogram{}}
 }
 
 // Observe adds t's breakers to the figures: each is read when the figures
@@ -100,27 +114,65 @@ func (r *Registry) add(f family, v float64, labels ...string) {
 	m[labelString(f.labels, labels)] += v
 }
 
+func (r *Registry) observe(seconds float64, labels ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := labelString(duration.labels, labels)
+	h := r.durations[key]
+	if h == nil {
+		h = &histogram{counts: make([]uint64, len(buckets)+1)}
+		r.durations[key] = h
+	}
+	i, _ := slices.BinarySearch(buckets, seconds)
+	h.counts[i]++
+	h.sum += seconds
+	h.n++
+}
+
+// knownMethods are the methods the conventions name; others are "_OTHER".
+var knownMethods = map[string]bool{http.MethodGet: true, http.MethodPost: true, http.MethodPut: true, http.MethodDelete: true,
+	http.MethodHead: true, http.MethodPatch: true, http.MethodOptions: true, http.MethodConnect: true, http.MethodTrace: true, "QUERY": true}
+
 // Hooks returns the hooks that feed the registry.
 func (r *Registry) Hooks() outbound.Hooks {
 	return outbound.Hooks{
 		AttemptDone: func(_ context.Context, a outbound.AttemptInfo, res outcome.Attempt) {
-			r.add(attempts, 1, a.Upstream, res.Category.String())
-			r.add(attemptSecondsSum, res.Duration.Seconds(), a.Upstream, res.Category.String())
-			r.add(attemptSecondsCount, 1, a.Upstream, res.Category.String())
-			if res.Category == classify.LocalRejection && res.Guard != 0 {
-				r.add(rejections, 1, a.Upstream, res.Guard.String())
+			r.add(attempts, 1, res.Category.String(), a.Upstream)
+			if res.Category == classify.LocalRejection {
+				if res.Guard != 0 {
+					r.add(rejections, 1, res.Guard.String(), a.Upstream)
+				}
+				return // not a request: no duration
 			}
+			method := a.Method
+			if !knownMethods[method] {
+				method = "_OTHER"
+			}
+			errType, status, port := "", "", ""
+			switch {
+			case res.Category != classify.Answered:
+				errType = res.Category.String()
+			case res.Status >= 400:
+				errType = strconv.Itoa(res.Status)
+			}
+			if res.Status != 0 {
+				status = strconv.Itoa(res.Status)
+			}
+			if a.Port != 0 {
+				port = strconv.Itoa(a.Port)
+			}
+			r.observe(res.Duration.Seconds(), errType, method, status, a.Host, port, a.Scheme)
 		},
 		RetryDecided: func(_ context.Context, a outbound.AttemptInfo, d retry.Decision) {
 			if d.Retry {
 				r.add(retries, 1, a.Upstream)
 			} else {
-				r.add(declined, 1, a.Upstream, d.Reason.String())
+				r.add(declined, 1, d.Reason.String(), a.Upstream)
 			}
 		},
 		BudgetExhausted: func(_ context.Context, upstream string) { r.add(budget, 1, upstream) },
 		CallDone: func(_ context.Context, o *outcome.Outcome) {
-			r.add(calls, 1, o.Upstream, o.Commit.String())
+			r.add(calls, 1, o.Commit.String(), o.Upstream)
 		},
 	}
 }
@@ -136,60 +188,71 @@ func (r *Registry) Text() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
+	head := func(f family) { fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind) }
 	for _, f := range families {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
-		names := []string{f.name}
-		if f.kind == "summary" {
-			names = []string{f.name + "_sum", f.name + "_count"}
-		}
-		for _, n := range names {
-			m := r.values[n]
-			for _, ls := range slices.Sorted(maps.Keys(m)) {
-				fmt.Fprintf(&b, "%s%s %g\n", n, ls, m[ls])
-			}
+		head(f)
+		m := r.values[f.name]
+		for _, ls := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(&b, "%s%s %g\n", f.name, ls, m[ls])
 		}
 	}
-	r.breakers(&b)
+	head(duration)
+	for _, ls := range slices.Sorted(maps.Keys(r.durations)) {
+		h := r.durations[ls]
+		inner := strings.TrimSuffix(strings.TrimPrefix(ls, "{"), "}")
+		var cum uint64
+		for i, le := range buckets {
+			cum += h.counts[i]
+			fmt.Fprintf(&b, "%s_bucket{%s,le=\"%g\"} %d\n", duration.name, inner, le, cum)
+		}
+		fmt.Fprintf(&b, "%s_bucket{%s,le=\"+Inf\"} %d\n", duration.name, inner, h.n)
+		fmt.Fprintf(&b, "%s_sum%s %g\n%s_count%s %d\n", duration.name, ls, h.sum, duration.name, ls, h.n)
+	}
+	r.breakers(&b, head)
 	return b.String()
 }
 
 // breakers renders the figures of the observed transports' breakers.
-func (r *Registry) breakers(b *strings.Builder) {
+func (r *Registry) breakers(b *strings.Builder, head func(family)) {
 	snap := map[string]circuit.Metrics{}
 	for _, t := range r.transports {
 		maps.Copy(snap, t.Breakers())
 	}
 	ups := slices.Sorted(maps.Keys(snap))
-	f := breakerState
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+	head(breakerState)
 	for _, up := range ups {
 		for st := circuit.Closed; st <= circuit.MetricsOnly; st++ {
 			v := 0
 			if snap[up].State == st {
 				v = 1
 			}
-			fmt.Fprintf(b, "%s%s %d\n", f.name, labelString(f.labels, []string{up, st.String()}), v)
+			fmt.Fprintf(b, "%s%s %d\n", breakerState.name, labelString(breakerState.labels, []string{st.String(), up}), v)
 		}
 	}
 	for _, f := range breakerFamilies {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.kind)
+		head(f.family)
 		for _, up := range ups {
 			fmt.Fprintf(b, "%s%s %g\n", f.name, labelString(f.labels, []string{up}), f.value(snap[up]))
 		}
 	}
 }
 
-// labelString renders {name="value",…} with the text format's escaping.
+// labelString renders {name="value",…} with the text format's escaping,
+// leaving out labels whose value is empty, as the OpenTelemetry exporter
+// leaves out attributes that are not set.
 func labelString(names, values []string) string {
 	var b strings.Builder
 	b.WriteByte('{')
 	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(',')
-		}
 		v := ""
 		if i < len(values) {
 			v = values[i]
+		}
+		if v == "" {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
 		}
 		v = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
 		fmt.Fprintf(&b, `%s="%s"`, n, v)

@@ -48,18 +48,19 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 	rec := httptest.NewRecorder()
 	reg.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	text := rec.Body.String()
-	up := `upstream="` + s.URL + `"`
+	up := `outbound_upstream="` + s.URL + `"`
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
 	for _, want := range []string{
 		"# TYPE outbound_attempts_total counter",
-		`outbound_attempts_total{` + up + `,category="NotSent"} 1`,
-		`outbound_attempts_total{` + up + `,category="Answered"} 3`,
-		`outbound_attempts_total{` + up + `,category="LocalRejection"} 4`,
-		`outbound_rejections_total{` + up + `,guard="circuit"} 4`,
+		`outbound_attempts_total{outbound_category="NotSent",` + up + `} 1`,
+		`outbound_attempts_total{outbound_category="Answered",` + up + `} 3`,
+		`outbound_attempts_total{outbound_category="LocalRejection",` + up + `} 4`,
+		`outbound_rejections_total{outbound_guard="circuit",` + up + `} 4`,
 		`outbound_retries_total{` + up + `} 1`,
-		`outbound_calls_total{` + up + `,commit="committed"} 3`,
-		`outbound_calls_total{` + up + `,commit="not committed"} 4`,
-		`outbound_breaker_state{` + up + `,state="OPEN"} 1`,
-		`outbound_breaker_state{` + up + `,state="CLOSED"} 0`,
+		`outbound_calls_total{outbound_commit_status="committed",` + up + `} 3`,
+		`outbound_calls_total{outbound_commit_status="not committed",` + up + `} 4`,
+		`outbound_breaker_state{outbound_state="OPEN",` + up + `} 1`,
+		`outbound_breaker_state{outbound_state="CLOSED",` + up + `} 0`,
 		`outbound_breaker_generation{` + up + `} 1`,
 		`outbound_breaker_failure_rate_percent{` + up + `} 75`,
 		`outbound_breaker_slow_call_rate_percent{` + up + `} 0`,
@@ -67,7 +68,10 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 		`outbound_breaker_failed_calls{` + up + `} 3`,
 		`outbound_breaker_slow_calls{` + up + `} 0`,
 		`outbound_breaker_not_permitted_calls{` + up + `} 4`,
-		`outbound_attempt_duration_seconds_count{` + up + `,category="Answered"} 3`,
+		"# TYPE http_client_request_duration_seconds histogram",
+		`http_client_request_duration_seconds_count{error_type="503",http_request_method="POST",http_response_status_code="503",server_address="127.0.0.1",server_port="` + port + `",url_scheme="http"} 2`,
+		`http_client_request_duration_seconds_count{error_type="NotSent",http_request_method="POST",server_address="127.0.0.1",server_port="` + port + `",url_scheme="http"} 1`,
+		`http_client_request_duration_seconds_bucket{http_request_method="POST",http_response_status_code="200",server_address="127.0.0.1",server_port="` + port + `",url_scheme="http",le="+Inf"} 1`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("missing %s", want)
@@ -84,7 +88,7 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 func TestLabelValuesAreEscaped(t *testing.T) {
 	reg := metrics.New()
 	reg.Hooks().BudgetExhausted(context.Background(), "a\"b\\c\nd")
-	if text := reg.Text(); !strings.Contains(text, `outbound_retry_budget_exhausted_total{upstream="a\"b\\c\nd"} 1`) {
+	if text := reg.Text(); !strings.Contains(text, `outbound_retry_budget_exhausted_total{outbound_upstream="a\"b\\c\nd"} 1`) {
 		t.Fatal(text)
 	}
 }
