@@ -24,9 +24,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/internal/cfgerr"
-	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/mutate"
-	"github.com/outboundhq/outbound/internal/shard"
 )
 
 // Config configures a Pipeline: one per upstream. Each guard's zero Config
@@ -123,15 +121,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(Circuit, Enter, nil)
-	// Striped guards take from the cell of the caller's processor, looked
-	// up once for both and kept in the permit for the bulkhead's release.
-	// Without a hint (0: neither guard was striped yet) they look it up
-	// themselves.
-	var hint uint32
-	if guardlink.LimiterStriped(p.limiter) || guardlink.BulkheadStriped(p.bulkhead) {
-		hint = shard.Marked()
-	}
-	if p.limiter != nil && !guardlink.LimiterTake(p.limiter, hint) {
+	if p.limiter != nil && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
@@ -141,7 +131,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil {
 		p.event(Rate, Enter, nil)
 	}
-	if p.bulkhead != nil && !guardlink.BulkheadTake(p.bulkhead, hint) {
+	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
 			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
@@ -155,7 +145,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.bulkhead != nil {
 		p.event(Bulkhead, Enter, nil)
 	}
-	return Permit{p: p, circuit: cp, hint: hint}, nil
+	return Permit{p: p, circuit: cp}, nil
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -201,7 +191,6 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
-	hint    uint32 // the processor hint looked up at admission, or 0 for none
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -230,7 +219,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		guardlink.BulkheadRelease(p.bulkhead, pm.hint)
+		p.bulkhead.Release()
 		p.event(Bulkhead, Exit, nil)
 	}
 	if p.limiter != nil {

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/internal/cfgerr"
-	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -98,16 +97,6 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 
 // TryAcquire takes a slot if one is free now, without waiting.
 func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
-
-func init() {
-	guardlink.BulkheadStriped = func(h any) bool { return h.(*Bulkhead).striped() }
-	guardlink.BulkheadTake = func(h any, hint uint32) bool { h2 := h.(*Bulkhead); return h2 == nil || h2.tryAcquire(hint) }
-	guardlink.BulkheadRelease = func(h any, hint uint32) { h.(*Bulkhead).release(hint) }
-}
-
-// striped reports whether the bulkhead has spread its slots over
-// per-processor cells (false for a nil Bulkhead).
-func (h *Bulkhead) striped() bool { return h != nil && h.stripes.Load() != nil }
 
 // tryAcquire takes a slot free at once; hint chooses the per-processor cell
 // a striped bulkhead takes from. Any hint is correct; one from the caller's

@@ -9,7 +9,13 @@ const StripeAfter = shard.After
 func Contend(h *Bulkhead) { h.contention() }
 
 // Striped reports whether h's slots are spread over per-processor cells.
-func Striped(h *Bulkhead) bool { return h.stripes.Load() != nil }
+func Striped(h *Bulkhead) bool { return h != nil && h.stripes.Load() != nil }
 
 // Waiting reports how many attempts wait for a slot.
 func (h *Bulkhead) Waiting() int64 { return h.waiting.Load() }
+
+// TryAcquireHint takes a slot from the cell hint chooses.
+func TryAcquireHint(h *Bulkhead, hint uint32) bool { return h == nil || h.tryAcquire(hint) }
+
+// ReleaseHint gives a slot back into the cell hint chooses.
+func ReleaseHint(h *Bulkhead, hint uint32) { h.release(hint) }

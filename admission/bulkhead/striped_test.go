@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
-	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -197,28 +196,28 @@ func TestStripedBulkheadWaitersNeverSleepNextToAFreeSlot(t *testing.T) {
 func TestStripedBulkheadAnyHintIsCorrect(t *testing.T) {
 	const limit = 64
 	h := striped(t, bulkhead.Config{MaxConcurrent: limit})
-	if !guardlink.BulkheadStriped(h) {
+	if !bulkhead.Striped(h) {
 		t.Fatal("not striped")
 	}
 	for round := range 3 {
 		for i := range uint32(limit) {
-			if !guardlink.BulkheadTake(h, i*2654435761) {
+			if !bulkhead.TryAcquireHint(h, i*2654435761) {
 				t.Fatalf("round %d: slot %d rejected below the limit", round, i)
 			}
 		}
-		if guardlink.BulkheadTake(h, 12345) || h.TryAcquire() {
+		if bulkhead.TryAcquireHint(h, 12345) || h.TryAcquire() {
 			t.Fatalf("round %d: admitted beyond the limit", round)
 		}
 		for i := range uint32(limit) {
-			guardlink.BulkheadRelease(h, i^0xdeadbeef)
+			bulkhead.ReleaseHint(h, i^0xdeadbeef)
 		}
 		if n := h.InUse(); n != 0 {
 			t.Fatalf("round %d: in use %d after releasing all", round, n)
 		}
 	}
 	var none *bulkhead.Bulkhead
-	if guardlink.BulkheadStriped(none) || !guardlink.BulkheadTake(none, 1) {
+	if bulkhead.Striped(none) || !bulkhead.TryAcquireHint(none, 1) {
 		t.Fatal("a nil bulkhead must admit and not be striped")
 	}
-	guardlink.BulkheadRelease(none, 1)
+	bulkhead.ReleaseHint(none, 1)
 }

@@ -470,3 +470,33 @@ func TestTryAllowRefusesWithoutAPermit(t *testing.T) {
 		}
 	})
 }
+
+// Refusals counted from many goroutines at once are all counted: the count
+// is spread over cells, never sampled.
+func TestNotPermittedCountsEveryRefusalFromManyGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(t, small())
+		record(t, b, "ffff")
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 1000 {
+					if _, err := b.Allow(); err == nil {
+						t.Error("admitted while OPEN")
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if m := b.Metrics(); m.NotPermitted != 8000 {
+			t.Fatalf("NotPermitted %d after 8000 refusals", m.NotPermitted)
+		}
+		if err := b.SetState(circuit.ForcedOpen); err != nil {
+			t.Fatal(err)
+		}
+		if m := b.Metrics(); m.NotPermitted != 0 {
+			t.Fatalf("NotPermitted %d in a new state", m.NotPermitted)
+		}
+	})
+}

@@ -37,7 +37,6 @@ import (
 
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
-	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -121,15 +120,6 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // TryAcquire takes a token if one is available now, without waiting. A nil
 // Limiter always has one.
 func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(0) }
-
-func init() {
-	guardlink.LimiterStriped = func(l any) bool { return l.(*Limiter).striped() }
-	guardlink.LimiterTake = func(l any, hint uint32) bool { l2 := l.(*Limiter); return l2 == nil || l2.tryTake(hint) }
-}
-
-// striped reports whether the limiter leases tokens to per-processor cells
-// (false for a nil Limiter).
-func (l *Limiter) striped() bool { return l != nil && l.stripes.Load() != nil }
 
 // tryTake takes a token available at once; hint chooses the per-processor
 // cell a striped limiter takes from. Any hint is correct; one from the

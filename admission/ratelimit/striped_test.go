@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/internal/clock"
-	"github.com/outboundhq/outbound/internal/guardlink"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -207,5 +206,9 @@ func TestStripedLimiterAnyHintIsCorrect(t *testing.T) {
 	}
 }
 
-// tryTakeHinted is what the admission pipeline calls, through guardlink.
-func (l *Limiter) tryTakeHinted(hint uint32) bool { return guardlink.LimiterTake(l, hint) }
+// striped reports whether the limiter leases tokens to per-processor cells
+// (false for a nil Limiter).
+func (l *Limiter) striped() bool { return l != nil && l.stripes.Load() != nil }
+
+// tryTakeHinted is tryTake as a caller with a hint of its own would call it.
+func (l *Limiter) tryTakeHinted(hint uint32) bool { return l == nil || l.tryTake(hint) }
