@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -13,47 +16,62 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
 )
 
 // Wrap any *http.Client, or hand the transport to an SDK that takes one.
 func ExampleNew() {
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+
 	t, err := outbound.New(outbound.Config{
 		Admission: admission.Config{
-			Rate:     ratelimit.Config{PerSecond: 200},   // per upstream
+			Rate:     ratelimit.Config{PerSecond: 200},   // per upstream (scheme://host:port)
 			Bulkhead: bulkhead.Config{MaxConcurrent: 32}, // per upstream
 		},
 		Timeout:        10 * time.Second, // the whole call, when the context has no deadline
 		AttemptTimeout: 2 * time.Second,
 	})
 	if err != nil {
-		log.Fatal(err) // errors name the field: "outbound: Config.MaxAttempts must be …"
+		log.Fatal(err) // errors name the field: "outbound: Config.Admission.Rate.PerSecond must be …"
 	}
-	client := &http.Client{Transport: t}
-	_ = client // use it as any *http.Client
+	defer t.Close()
+	client := &http.Client{Transport: t} // or hand t to any SDK that takes an *http.Client
+
+	resp, err := client.Get(upstream.URL + "/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode)
+	// Output: 200
 }
 
 // Handling "unknown": the call may or may not have happened.
 func ExampleTransport_Do() {
-	s := outboundtest.NewServer(outboundtest.HTTP1)
-	defer s.Close()
-	s.Enqueue(outboundtest.ResetAfterRead()) // processed, then the connection dies
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.Enqueue(outboundtest.ResetAfterRead()) // processed, then the connection dies
+	t, err := outbound.New(outbound.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	req, _ := http.NewRequest(http.MethodPost, upstream.URL+"/payments", strings.NewReader(`{"amount":10}`))
 
-	c, _ := outbound.New(outbound.Config{})
-	defer c.Close()
-	req, _ := http.NewRequest(http.MethodPost, s.URL+"/payments", strings.NewReader(`{"amount":10}`))
-
-	resp, out, err := c.Do(req)
+	resp, out, err := t.Do(req) // out: the commit status and every attempt
 	switch {
-	case err == nil:
+	case err == nil: // committed: the upstream answered (any status)
 		defer resp.Body.Close()
 		fmt.Println("answered:", resp.StatusCode)
-	case errors.Is(err, outcome.ErrNotCommitted):
-		fmt.Println("not processed: safe to try again later")
+	case errors.Is(err, outcome.ErrNotCommitted): // proven not processed: safe to try again later
+		fmt.Println("not processed")
 	case errors.Is(err, outcome.ErrUnknown):
-		// Do not blindly send it again: look the payment up, or retry with
-		// the same Idempotency-Key if the upstream honours one.
+		// It may or may not have happened: look the resource up, query the
+		// operation's status, or retry with the same Idempotency-Key.
 		fmt.Println("unknown: reconcile before retrying")
 	}
 	fmt.Println("commit:", out.Commit, "attempts:", len(out.Attempts))
@@ -62,23 +80,127 @@ func ExampleTransport_Do() {
 	// commit: unknown attempts: 1
 }
 
+// Through a plain *http.Client, the outcome is in the error.
+func ExampleOutcomeOf() {
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.Pause() // an outage: connections are refused
+	t, _ := outbound.New(outbound.Config{MaxAttempts: 1})
+	defer t.Close()
+	client := &http.Client{Transport: t}
+
+	_, err := client.Get(upstream.URL + "/orders")
+	if out, ok := outbound.OutcomeOf(err); ok {
+		fmt.Println(out.Commit) // not committed: the connection was refused
+	}
+	var ce *classify.Error
+	if errors.As(err, &ce) {
+		fmt.Println(ce.Stage, ce.Category, ce.Evidence)
+	}
+	// Output:
+	// not committed
+	// dial NotSent no connection
+}
+
 // With IdempotencyKeys, a POST with a replayable body carries a generated
 // Idempotency-Key, the same on every attempt, which makes it retryable after
 // an ambiguous failure, for upstreams that honour the key.
 func ExampleConfig_idempotencyKeys() {
-	s := outboundtest.NewServer(outboundtest.HTTP1)
-	defer s.Close()
-	s.Enqueue(outboundtest.ResetAfterRead())
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.Enqueue(outboundtest.ResetAfterRead())
 
-	c, _ := outbound.New(outbound.Config{IdempotencyKeys: true})
-	defer c.Close()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/orders", strings.NewReader(`{}`))
+	t, _ := outbound.New(outbound.Config{IdempotencyKeys: true})
+	defer t.Close()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, upstream.URL+"/orders", strings.NewReader(`{}`))
 
-	resp, out, err := c.Do(req)
+	resp, out, err := t.Do(req)
 	if err != nil {
 		log.Fatal(err)
 	}
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode, out.Commit, "after", len(out.Attempts), "attempts")
 	// Output: 200 committed after 2 attempts
+}
+
+// An SDK that retries by itself: turn outbound's retries off for its calls,
+// keep the guards and the classification.
+func ExampleWithMaxAttempts() {
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.SetDefault(outboundtest.Respond(503))
+	t, _ := outbound.New(outbound.Config{})
+	defer t.Close()
+
+	ctx := context.Background()
+	ctx = outbound.WithMaxAttempts(ctx, 1) // the SDK retries; outbound admits, classifies and reports
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, upstream.URL+"/charges", nil)
+	resp, out, err := t.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "after", len(out.Attempts), "attempt")
+	// Output: 503 after 1 attempt
+}
+
+// Hooks see every decision; ComposeHooks combines several.
+func ExampleHooks() {
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.SetDefault(outboundtest.Respond(503))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	otherHooks := outbound.Hooks{}
+
+	var cfg outbound.Config
+	cfg.Backoff = retry.Backoff{Initial: time.Millisecond, Max: time.Millisecond}
+	cfg.Hooks = outbound.Hooks{
+		RetryDecided: func(ctx context.Context, a outbound.AttemptInfo, d retry.Decision) {
+			if !d.Retry {
+				fmt.Printf("attempt %d not retried: %v\n", a.Attempt, d.Reason)
+			}
+		},
+	}
+	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, outbound.SlogHooks(logger), otherHooks)
+	t, _ := outbound.New(cfg)
+	defer t.Close()
+
+	resp, err := t.RoundTrip(must(http.NewRequest(http.MethodGet, upstream.URL+"/x", nil)))
+	if err == nil {
+		resp.Body.Close()
+	}
+	// Output: attempt 3 not retried: attempts exhausted
+}
+
+func must(req *http.Request, err error) *http.Request {
+	if err != nil {
+		log.Fatal(err)
+	}
+	return req
+}
+
+// Logging the decisions with log/slog.
+func ExampleSlogHooks() {
+	upstream := outboundtest.NewServer(outboundtest.HTTP1)
+	defer upstream.Close()
+	upstream.Enqueue(outboundtest.ResetAfterRead())
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Key {
+			case slog.TimeKey, "duration", "wait", "upstream", "error":
+				return slog.Attr{} // left out: they change from run to run
+			}
+			return a
+		}}))
+
+	t, _ := outbound.New(outbound.Config{Hooks: outbound.SlogHooks(logger)})
+	defer t.Close()
+	req, _ := http.NewRequest(http.MethodPut, upstream.URL+"/orders/1", strings.NewReader(`{}`))
+	resp, _, err := t.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	// Output:
+	// level=INFO msg="outbound attempt" method=PUT attempt=1 stage=await-response category=Ambiguous evidence="request bytes written, no status"
+	// level=INFO msg="outbound retry scheduled" method=PUT attempt=1 reason=retryable
 }

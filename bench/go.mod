@@ -7,7 +7,7 @@ replace github.com/outboundhq/outbound => ../
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/go-retryablehttp v0.7.8
-	github.com/outboundhq/outbound v0.0.0-00010101000000-000000000000
+	github.com/outboundhq/outbound v0.1.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	golang.org/x/time v0.16.0
 )

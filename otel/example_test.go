@@ -30,31 +30,29 @@ func ExampleHooks_prometheus() {
 		log.Fatal(err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	hooks, err := outboundotel.Hooks(outboundotel.WithMeterProvider(mp))
-	if err != nil {
-		log.Fatal(err)
-	}
+	cfg := outbound.Config{Backoff: retry.Backoff{Initial: 10 * time.Millisecond}, Timeout: 5 * time.Second}
 
 	// An upstream that sheds load once.
 	upstream := outboundtest.NewServer(outboundtest.HTTP1)
 	defer upstream.Close()
 	upstream.Enqueue(outboundtest.Respond(503))
+	cfg.Transport = upstream.Transport()
 
-	t, err := outbound.New(outbound.Config{
-		Transport: upstream.Transport(),
-		Hooks:     hooks,
-		Backoff:   retry.Backoff{Initial: 10 * time.Millisecond},
-		Timeout:   5 * time.Second,
-	})
+	hooks, err := outboundotel.Hooks(outboundotel.WithMeterProvider(mp)) // and WithTracerProvider(tp) for spans
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.Hooks = hooks
+	t, err := outbound.New(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer t.Close()
-	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp))
+	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp)) // the breakers' figures
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer breakers.Unregister()
+	defer breakers.Unregister() // when the Transport is closed
 	client := &http.Client{Transport: t}
 	for range 3 {
 		resp, err := client.Get(upstream.URL + "/orders")
