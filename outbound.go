@@ -35,27 +35,40 @@ import (
 // exponential backoff, a retry budget, no timeout beyond the request's
 // context.
 type Config struct {
-	// Transport supplies the settings of new connections (dialer, proxy,
-	// TLS, protocols, timeouts); nil means a clone of http.DefaultTransport.
-	// See attempt.Config.Transport.
+	// Transport supplies the settings of new connections: dialer, TLS
+	// dialer, proxy, TLS configuration, protocols, timeouts, and the limits
+	// MaxIdleConns, MaxIdleConnsPerHost, MaxConnsPerHost and
+	// IdleConnTimeout, which apply as in net/http. Nil means a clone of
+	// http.DefaultTransport. It is cloned, not used: its own connection pool
+	// is never touched (one attempt must be one request on the wire). Its
+	// Proxy is called with the caller's request, once per call, and
+	// connections are pooled per proxy as well as per address.
 	Transport *http.Transport
 
 	// Admission is the template of every upstream's guards: circuit
-	// breaker, rate limiter, bulkhead, and the event observer.
+	// breaker, rate limiter, bulkhead, and the event observer (which
+	// Hooks.Guard joins). Its Upstream is filled in per upstream.
 	Admission admission.Config
 
 	// UpstreamKey names the upstream a request belongs to: one set of
-	// guards and one retry budget per key. Nil means scheme://host:port.
+	// guards and one retry budget per key. Nil means DefaultUpstreamKey
+	// (scheme://host:port, one spelling per host).
 	UpstreamKey func(*http.Request) string
 
 	// IsFailure says which answers the breaker records as upstream
 	// failures. Nil means 500, 502, 503 and 504.
 	IsFailure func(*http.Response) bool
 
-	// BreakerRecords says which failed attempts (no answer, or an answer
-	// whose body failed) the breaker records as upstream failures, by
-	// stage, category and evidence. Nil means attempt.DefaultBreakerRecords.
-	// See attempt.Config.BreakerRecords.
+	// BreakerRecords says which failed attempts the breaker records as
+	// upstream failures, by what the failure proves (its stage, category,
+	// evidence and cause): for example to count Ambiguous failures and
+	// refused connections but not a DNS name that does not exist, or to
+	// count a refused TLS certificate. It is asked for every attempt that
+	// reached for the upstream and failed without an answer, and for an
+	// answer whose body failed; an attempt it declines is released
+	// (neither success nor failure). It is not asked for attempts the
+	// caller cancelled, that were refused locally, or that waited in vain
+	// for a connection. Nil means DefaultBreakerRecords.
 	BreakerRecords func(*classify.Error) bool
 
 	// OpenOnRetryAfter, if set, lets the upstream say when it is down: an
@@ -105,20 +118,25 @@ type Config struct {
 	// every attempt of a call.
 	IdempotencyKeys bool
 
-	// IdleConnTimeout closes connections idle this long. Zero means the
-	// Transport's IdleConnTimeout, or 90s if that is zero too.
+	// IdleConnTimeout closes a connection that has carried no request for
+	// this long. Zero means the Transport's IdleConnTimeout, and if that is
+	// zero too, 90 seconds: net/http then keeps idle connections forever,
+	// but here an idle connection also keeps its upstream's state.
 	IdleConnTimeout time.Duration
 
 	// UpstreamIdleTime is how long an upstream's state (breaker, rate
 	// limiter, bulkhead, retry budget, connection pool) is kept without a
 	// call before it is forgotten, if it holds nothing worth keeping: a
-	// breaker that is not CLOSED is never forgotten, nor are permits in
+	// breaker outside the state it started in is never forgotten (an outage
+	// must not be forgotten to get round the breaker), nor are permits in
 	// use, tokens owed to the rate limiter or open connections. Zero means
-	// 5 minutes; negative, forever. See attempt.Config.UpstreamIdleTime.
+	// 5 minutes; negative, forever. Hooks.UpstreamForgotten is told.
 	UpstreamIdleTime time.Duration
 
-	// MaxUpstreams caps the upstreams whose state is kept; zero means no
-	// cap. See attempt.Config.MaxUpstreams.
+	// MaxUpstreams caps the upstreams whose state is kept. A call to a new
+	// upstream beyond it makes room by forgetting the least recently used
+	// upstreams that hold nothing, and fails with ErrTooManyUpstreams,
+	// without being sent, when there are none. Zero means no cap.
 	MaxUpstreams int
 
 	// Hooks observe calls, attempts, retry decisions and the guards. See
@@ -126,6 +144,45 @@ type Config struct {
 	// them too.
 	Hooks Hooks
 }
+
+// Errors a call can end with, besides those of package outcome and
+// classify.
+var (
+	// ErrAttemptTimeout is the context cause of an attempt that
+	// Config.AttemptTimeout ended: an upstream failure (too slow), unlike
+	// an attempt the caller cancelled. Like net/http's timeouts it is a
+	// net.Error whose Timeout is true, and errors.Is(ErrAttemptTimeout,
+	// context.DeadlineExceeded) holds.
+	ErrAttemptTimeout = attempt.ErrAttemptTimeout
+	// ErrInvalidRequest matches, with errors.Is, the error of a call whose
+	// request net/http would refuse to send (an invalid method, header or
+	// trailer field, or Host; a control character in the URL's query; a
+	// ContentLength without a Body). It is refused before any guard: never
+	// an upstream failure, never retried.
+	ErrInvalidRequest = attempt.ErrInvalidRequest
+	// ErrTooManyUpstreams is the error of a call to a new upstream when
+	// Config.MaxUpstreams upstreams are kept and none can be forgotten
+	// (each holds something worth keeping, such as a breaker that is not
+	// in its start state). The call was not sent.
+	ErrTooManyUpstreams = attempt.ErrTooManyUpstreams
+)
+
+// DefaultIsFailure is the default Config.IsFailure: it reports whether
+// resp has status 500, 502, 503 or 504.
+func DefaultIsFailure(resp *http.Response) bool { return attempt.DefaultIsFailure(resp) }
+
+// DefaultBreakerRecords is the default Config.BreakerRecords: every failed
+// attempt is an upstream failure but those that say nothing of the
+// upstream's health — lifecycle failures (a graceful GOAWAY, the keep-alive
+// race: classify.Error.Lifecycle) and refused TLS handshakes, which would
+// fail the same way every time and which the breaker could only hide behind
+// "circuit open".
+func DefaultBreakerRecords(e *classify.Error) bool { return attempt.DefaultBreakerRecords(e) }
+
+// DefaultUpstreamKey is the default Config.UpstreamKey: scheme://host:port,
+// the host in lower case, the port explicit, an IPv6 address in brackets
+// and canonical.
+func DefaultUpstreamKey(req *http.Request) string { return attempt.DefaultUpstreamKey(req) }
 
 // DefaultRetryableStatus reports whether status is 408, 429, 500, 502, 503
 // or 504.

@@ -22,7 +22,6 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/ratelimit"
-	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -154,7 +153,7 @@ Flags:
 	explain(stderr, out, resp)
 	var ce *classify.Error
 	switch {
-	case errors.Is(err, attempt.ErrInvalidRequest) || errors.As(err, &ce) && ce.Evidence == classify.EvidenceInvalidRequest:
+	case errors.Is(err, outbound.ErrInvalidRequest) || errors.As(err, &ce) && ce.Evidence == classify.EvidenceInvalidRequest:
 		fmt.Fprintln(stderr, "outbound do: the request cannot be sent:", cause(err))
 		return exitUsage
 	case out.Commit == outcome.NotCommitted:
