@@ -25,6 +25,14 @@
 // bulkhead bounds the whole exchange, and the breaker records the outcome
 // then. A body that is never closed, under a context that never ends, keeps
 // its permit, as it keeps its connection in net/http: close every body.
+//
+// Most programs do not use this package directly: outbound.Transport owns the
+// attempt loop (retries, backoff, the outcome) and makes each attempt through
+// an Attempter. Use an Attempter as an http.RoundTripper where one attempt per
+// call is what you want, or call Route and AttemptOn from an attempt loop of
+// your own. A Route is for one call: find it again for the next call, since
+// an upstream that has been idle long enough is forgotten and its state is
+// made afresh when it is next used.
 package attempt
 
 import (

@@ -79,7 +79,10 @@ func (m *epochMark) idleSince(epoch uint32) bool { return epoch-m.Load() > sweep
 type hostKey struct{ scheme, host, proxy string }
 
 // Route is where a request goes: the upstream it is admitted against and the
-// pool of connections to its address. Attempter.Route finds it.
+// pool of connections to its address. Attempter.Route finds it. A Route is
+// for one call (all of its attempts): an upstream idle for the idle time, or
+// pushed out by newer ones, is forgotten, and a Route kept past that points
+// at state the Attempter no longer counts or shows.
 type Route struct {
 	key  string
 	up   *upstream
