@@ -39,6 +39,14 @@ type Config struct {
 	Rate     ratelimit.Config
 	Bulkhead bulkhead.Config
 
+	// RateGuard, if set, supplies a rate guard kept outside the pipeline
+	// (a limit shared by a fleet of processes, say): New calls it with
+	// Upstream and puts what it returns where the rate limiter goes,
+	// between the circuit breaker and the bulkhead, under the same rules.
+	// A nil RateGuard returned means no rate guard. Set Rate or RateGuard,
+	// not both.
+	RateGuard func(upstream string) RateGuard
+
 	// OnEvent, if set, receives every event: enter, reject and exit per
 	// guard, refunds, releases, and breaker transitions. It is called
 	// outside every lock, possibly concurrently from several attempts, and
@@ -47,11 +55,32 @@ type Config struct {
 	OnEvent func(Event)
 }
 
+// A RateGuard is a rate limiter the pipeline does not own, such as a limit
+// shared by many processes. In the pipeline it is the rate guard, and the
+// rules are those of the local one: a token taken for an attempt that never
+// reaches the wire (the bulkhead rejected it, or it was cancelled before it
+// was sent) is refunded, and a refusal — whatever its cause, an unreachable
+// store included — is a local rejection: the circuit permission is released
+// and the breaker records nothing.
+type RateGuard interface {
+	// Take takes one token. It returns nil; ratelimit.ErrLimited when the
+	// limit refuses; or another error when it cannot decide (ctx ended, its
+	// store cannot be reached). On error no token is held. Take runs on
+	// every attempt's path: it must return promptly, within a bound of its
+	// own, whatever ctx allows.
+	Take(ctx context.Context) error
+
+	// Refund gives back one token Take handed out, for an attempt that
+	// never reached the wire.
+	Refund()
+}
+
 // Pipeline admits attempts to one upstream. It is safe for concurrent use.
 type Pipeline struct {
 	upstream string
 	breaker  *circuit.Breaker
 	limiter  *ratelimit.Limiter
+	shared   RateGuard // in place of limiter, when set
 	bulkhead *bulkhead.Bulkhead
 	onEvent  func(Event)
 
@@ -78,6 +107,12 @@ func New(cfg Config) (*Pipeline, error) {
 	if p.limiter, err = ratelimit.New(cfg.Rate); err != nil {
 		return nil, cfgerr.In("admission", "Rate", err)
 	}
+	if cfg.RateGuard != nil {
+		if p.limiter != nil {
+			return nil, cfgerr.New("admission", "RateGuard", "cannot be set together with Rate: the pipeline has one rate guard")
+		}
+		p.shared = cfg.RateGuard(cfg.Upstream)
+	}
 	if p.bulkhead, err = bulkhead.New(cfg.Bulkhead); err != nil {
 		return nil, cfgerr.In("admission", "Bulkhead", err)
 	}
@@ -97,8 +132,12 @@ func (p *Pipeline) Upstream() string { return p.upstream }
 // Breaker returns the pipeline's circuit breaker.
 func (p *Pipeline) Breaker() *circuit.Breaker { return p.breaker }
 
-// Limiter returns the pipeline's rate limiter; nil means no limit.
+// Limiter returns the pipeline's own rate limiter; nil means no limit, or a
+// RateGuard in its place (see RateGuard).
 func (p *Pipeline) Limiter() *ratelimit.Limiter { return p.limiter }
+
+// RateGuard returns the rate guard Config.RateGuard supplied, or nil.
+func (p *Pipeline) RateGuard() RateGuard { return p.shared }
 
 // Bulkhead returns the pipeline's bulkhead; nil means no limit.
 func (p *Pipeline) Bulkhead() *bulkhead.Bulkhead { return p.bulkhead }
@@ -128,15 +167,21 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 			return Permit{}, p.rejection(Rate, err)
 		}
 	}
-	if p.limiter != nil {
+	if p.shared != nil {
+		if err := p.shared.Take(ctx); err != nil {
+			p.event(Rate, Reject, err)
+			p.releaseCircuit(&cp)
+			return Permit{}, p.rejection(Rate, err)
+		}
+	}
+	if p.limiter != nil || p.shared != nil {
 		p.event(Rate, Enter, nil)
 	}
 	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(Bulkhead, Reject, err)
-			if p.limiter != nil && !mutate.SkipRateRefundOnBulkheadRejection.Load() {
-				p.limiter.Refund()
-				p.event(Rate, Refund, nil)
+			if !mutate.SkipRateRefundOnBulkheadRejection.Load() {
+				p.refundRate()
 			}
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Bulkhead, err)
@@ -156,6 +201,20 @@ func (p *Pipeline) releaseCircuit(cp *circuit.Permit) {
 	}
 	cp.Release()
 	p.event(Circuit, Release, nil)
+}
+
+// refundRate gives back the rate token of an attempt that never reached the
+// wire.
+func (p *Pipeline) refundRate() {
+	switch {
+	case p.limiter != nil:
+		p.limiter.Refund()
+	case p.shared != nil:
+		p.shared.Refund()
+	default:
+		return
+	}
+	p.event(Rate, Refund, nil)
 }
 
 func (p *Pipeline) rejection(g Guard, err error) error {
@@ -222,13 +281,10 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 		p.bulkhead.Release()
 		p.event(Bulkhead, Exit, nil)
 	}
-	if p.limiter != nil {
-		if k == Refund {
-			p.limiter.Refund()
-			p.event(Rate, Refund, nil)
-		} else {
-			p.event(Rate, Exit, nil)
-		}
+	if k == Refund {
+		p.refundRate()
+	} else if p.limiter != nil || p.shared != nil {
+		p.event(Rate, Exit, nil)
 	}
 	// The exit event goes first: a transition it causes follows it.
 	switch k {

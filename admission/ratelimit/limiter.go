@@ -75,8 +75,8 @@ type Limiter struct {
 	maxWait   int64
 }
 
-// New validates cfg and returns a Limiter, or nil (no limit) when cfg.Rate is
-// zero. Errors name the offending field.
+// New validates cfg and returns a Limiter, or nil (no limit) when
+// cfg.PerSecond is zero. Errors name the offending field.
 func New(cfg Config) (*Limiter, error) {
 	switch {
 	case !(cfg.PerSecond >= 0 && cfg.PerSecond <= 1e9):
