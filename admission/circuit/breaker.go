@@ -113,6 +113,11 @@ type Transition struct {
 	// (meaningful for ReasonFailureRate, ReasonSlowCallRate and
 	// ReasonTrialsPassed).
 	FailureRate, SlowCallRate float64
+
+	// Wait is how long the breaker stays OPEN, for a transition to OPEN
+	// (its wait in OPEN after backing off, or what OpenFor asked), and zero
+	// for the others.
+	Wait time.Duration
 }
 
 func (t Transition) String() string {
@@ -488,7 +493,11 @@ func (b *Breaker) moveForLocked(to State, r Reason, fr, sr float64, wait time.Du
 			b.extLocked().timer = time.AfterFunc(b.set.Value().maxHalf, func() { b.onTimer(gen) })
 		}
 	}
-	return Transition{From: State(old & stateMask), To: to, Reason: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
+	tr := Transition{From: State(old & stateMask), To: to, Reason: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
+	if to == Open {
+		tr.Wait = wait
+	}
+	return tr
 }
 
 // openWait returns the wait of the b.ext.openings-th opening since the breaker

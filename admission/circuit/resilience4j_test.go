@@ -230,19 +230,20 @@ func TestNotPermittedCallsAreCountedFromZeroInEachState(t *testing.T) {
 // The wait in OPEN backs off, Resilience4j's waitIntervalFunctionInOpenState:
 // each failed round of trial calls doubles it, up to MaxWaitInOpen, and it
 // starts again from WaitInOpen once the breaker has closed.
-func TestTheWaitInOpenBacksOffAndResetsWhenTheBreakerCloses(t *testing.T) {
+func TestTheWaitInOpenBacksOffResetsWhenTheBreakerClosesAndIsAnnouncedByTheTransition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := circuit.Config{WindowSize: 2, MinimumCalls: 2, PermittedCallsInHalfOpen: 1,
 			WaitInOpen: 10 * time.Second, WaitInOpenMultiplier: 2, MaxWaitInOpen: 100 * time.Second}
 		var mu sync.Mutex
 		var opened time.Time
-		var waits []time.Duration
+		var waits, announced []time.Duration
 		cfg.OnStateChange = func(tr circuit.Transition) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch tr.To {
 			case circuit.Open:
 				opened = time.Now()
+				announced = append(announced, tr.Wait)
 			case circuit.HalfOpen:
 				waits = append(waits, time.Since(opened))
 			}
@@ -271,6 +272,9 @@ func TestTheWaitInOpenBacksOffAndResetsWhenTheBreakerCloses(t *testing.T) {
 		for i := range want {
 			if waits[i] != want[i]*time.Second {
 				t.Fatalf("waits in OPEN %v, want %v seconds", waits, want)
+			}
+			if announced[i] != waits[i] { // Transition.Wait says the wait to come
+				t.Fatalf("transitions to OPEN announced waits %v, the breaker waited %v", announced, waits)
 			}
 		}
 	})
