@@ -1,0 +1,332 @@
+package outboundredis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+	outboundredis "github.com/outboundhq/outbound/redis"
+	"github.com/outboundhq/outbound/redis/internal/redistest"
+)
+
+func client(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newLimiter(t testing.TB, cfg outboundredis.Config) *outboundredis.Limiter {
+	t.Helper()
+	if cfg.Degraded == (outboundredis.Degraded{}) {
+		cfg.Degraded.Reject = true
+	}
+	l, err := outboundredis.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// takeAll takes from g until it refuses, and returns how many it took.
+func takeAll(t *testing.T, g admission.RateGuard) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		switch err := g.Take(context.Background()); {
+		case errors.Is(err, ratelimit.ErrLimited):
+			return n
+		case err != nil:
+			t.Fatalf("take %d: %v", n+1, err)
+		case n > 10000:
+			t.Fatal("no limit")
+		}
+	}
+}
+
+// Two processes' Limiters (two clients each, one Redis) admit the burst
+// once between them, for each upstream, and refuse the rest.
+func TestTheFleetAdmitsTheBurstOnceAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, leased := range []int{0, 4} {
+		cfg := outboundredis.Config{PerSecond: 1.0 / 3600, Burst: 20, Prefix: "t" + string(rune('a'+leased)) + ":",
+			Lease: outboundredis.Lease{Max: leased}}
+		cfg.Client = client(t, srv.Addr())
+		a := newLimiter(t, cfg)
+		cfg.Client = client(t, srv.Addr())
+		b := newLimiter(t, cfg)
+		for _, up := range []string{"https://one.example:443", "https://two.example:443"} {
+			ga, gb := a.For(up), b.For(up)
+			got := 0
+			for range 15 {
+				if ga.Take(context.Background()) == nil {
+					got++
+				}
+			}
+			got += takeAll(t, gb) + takeAll(t, ga)
+			if got != 20 {
+				t.Errorf("lease %d, %s: the fleet admitted %d, want the burst of 20", leased, up, got)
+			}
+		}
+	}
+}
+
+func TestARefundedTokenIsAdmittedAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, leased := range []int{0, 8} {
+		l := newLimiter(t, outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1.0 / 3600, Burst: 5,
+			Prefix: strings.Repeat("r", leased+1) + ":", Lease: outboundredis.Lease{Max: leased}})
+		g := l.For("up")
+		if n := takeAll(t, g); n != 5 {
+			t.Fatalf("lease %d: took %d, want 5", leased, n)
+		}
+		g.Refund()
+		g.Refund()
+		if n := takeAll(t, g); n != 2 {
+			t.Fatalf("lease %d: after two refunds took %d, want 2", leased, n)
+		}
+	}
+}
+
+// Tokens leased and not used go back to Redis: on Close at once, and after
+// Hold by themselves, where the other processes can take them.
+func TestLeasedTokensNotUsedAreGivenBack(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1.0 / 3600, Burst: 100,
+		Lease: outboundredis.Lease{Max: 10, Hold: 50 * time.Millisecond}}
+	leaser := newLimiter(t, cfg)
+	cfg.Lease = outboundredis.Lease{}
+	other := newLimiter(t, cfg)
+	// A busy process leases a full batch.
+	g := leaser.For("up")
+	for range 30 {
+		if err := g.Take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := leaser.Metrics().Held
+	if held == 0 {
+		t.Fatal("the busy process holds no leased token: leasing is not working")
+	}
+	// Given back after Hold, by the sweep: the other process can take all
+	// that the busy one did not use.
+	deadline := time.Now().Add(10 * time.Second)
+	for leaser.Metrics().Held != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d held tokens long after Hold", leaser.Metrics().Held)
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the sweep, not asserting its timing
+	}
+	if n := takeAll(t, other.For("up")); n != 70 {
+		t.Fatalf("the other process took %d, want the 70 the busy one did not use", n)
+	}
+	// On Close: a refunded token the busy process holds goes back.
+	g.Refund()
+	if leaser.Metrics().Held != 1 {
+		t.Fatalf("held %d after a refund, want 1", leaser.Metrics().Held)
+	}
+	if err := leaser.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prefix = ""
+	third := newLimiter(t, cfg)
+	if n := takeAll(t, third.For("up")); n != 1 {
+		t.Fatalf("after Close a third process took %d, want 1", n)
+	}
+}
+
+func TestConfigurationErrorsNameTheField(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	for _, tc := range []struct {
+		cfg  outboundredis.Config
+		want string
+	}{
+		{outboundredis.Config{PerSecond: 1, Degraded: outboundredis.Degraded{Reject: true}}, "Config.Client is required"},
+		{outboundredis.Config{Client: c, Degraded: outboundredis.Degraded{Reject: true}}, "Config.PerSecond"},
+		{outboundredis.Config{Client: c, PerSecond: 1, Burst: -1, Degraded: outboundredis.Degraded{Reject: true}}, "Config.Burst"},
+		{outboundredis.Config{Client: c, PerSecond: 1}, "Config.Degraded.Share"},
+		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 1.5}}, "Config.Degraded.Share"},
+		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 0.5, Reject: true}}, "Config.Degraded.Share"},
+		{outboundredis.Config{Client: c, PerSecond: 1, Lease: outboundredis.Lease{Max: -1}, Degraded: outboundredis.Degraded{Reject: true}}, "Config.Lease.Max"},
+		{outboundredis.Config{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), PerSecond: 1,
+			Degraded: outboundredis.Degraded{Reject: true}}, "ContextTimeoutEnabled"},
+	} {
+		_, err := outboundredis.New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want one naming %s", err, tc.want)
+		}
+	}
+}
+
+// events records a Limiter's switches of mode.
+type events struct {
+	mu sync.Mutex
+	es []outboundredis.Event
+}
+
+func (e *events) on(ev outboundredis.Event) { e.mu.Lock(); e.es = append(e.es, ev); e.mu.Unlock() }
+
+func (e *events) modes() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var s []string
+	for _, ev := range e.es {
+		s = append(s, ev.Mode.String())
+	}
+	return strings.Join(s, " ")
+}
+
+// waitFor polls cond (a background probe switching modes) for at most 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for a probe, not asserting its timing
+	}
+}
+
+// A Redis that is killed, or that stops answering, puts the Limiter in
+// degraded mode at the first admission that finds it so, and every
+// admission still decides within Timeout; the mode comes back by itself.
+func TestARedisDownOrSlowDegradesWithinTheTimeoutAndComesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	var ev events
+	l := newLimiter(t, outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1000, Burst: 1000,
+		Timeout: timeout, OnEvent: ev.on, Degraded: outboundredis.Degraded{Share: 0.01, RetryEvery: 20 * time.Millisecond}})
+	g := l.For("up")
+	faults := []struct {
+		name       string
+		make, undo func()
+	}{
+		{"killed", srv.Kill, srv.Restart},
+		{"paused", srv.Pause, srv.Resume},
+	}
+	for _, f := range faults {
+		if err := g.Take(context.Background()); err != nil || l.Mode() != outboundredis.ModeFleet {
+			t.Fatalf("%s: before the fault: %v, mode %v", f.name, err, l.Mode())
+		}
+		f.make()
+		admitted, slowest := 0, time.Duration(0)
+		for range 200 {
+			start := time.Now()
+			err := g.Take(context.Background())
+			slowest = max(slowest, time.Since(start))
+			switch {
+			case err == nil:
+				admitted++
+			case !errors.Is(err, ratelimit.ErrLimited):
+				t.Fatalf("%s: a degraded take failed with %v", f.name, err)
+			}
+		}
+		if slowest > timeout+time.Second { // generous: the bound is the Timeout, not the machine's speed
+			t.Errorf("%s: an admission took %v, with a Timeout of %v", f.name, slowest, timeout)
+		}
+		// The local share is 1% of the fleet's: 10 at once.
+		if admitted > 10+1 {
+			t.Errorf("%s: degraded mode admitted %d of 200 at once, above the local share's burst of 10", f.name, admitted)
+		}
+		if l.Mode() != outboundredis.ModeDegraded {
+			t.Fatalf("%s: mode %v, want degraded", f.name, l.Mode())
+		}
+		f.undo()
+		waitFor(t, f.name+": the return to fleet mode", func() bool { return l.Mode() == outboundredis.ModeFleet })
+	}
+	if got := ev.modes(); got != "degraded fleet degraded fleet" {
+		t.Fatalf("events: %s", got)
+	}
+	if m := l.Metrics(); m.Switches != 4 {
+		t.Fatalf("metrics count %d switches, want 4", m.Switches)
+	}
+}
+
+func TestFailClosedRejectsWithErrUnavailableWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLimiter(t, outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1000,
+		Degraded: outboundredis.Degraded{Reject: true, RetryEvery: 20 * time.Millisecond}})
+	g := l.For("up")
+	srv.Kill()
+	for range 10 {
+		if err := g.Take(context.Background()); !errors.Is(err, outboundredis.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+	}
+	srv.Restart()
+	waitFor(t, "the return to fleet mode", func() bool { return l.Mode() == outboundredis.ModeFleet })
+	if err := g.Take(context.Background()); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+}
+
+// The caller's own deadline is the caller's: a take that runs out of it
+// says so, and does not take Redis for down.
+func TestACallersDeadlineIsNotARedisFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLimiter(t, outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1000})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.For("up").Take(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if l.Mode() != outboundredis.ModeFleet {
+		t.Fatal("a cancelled caller put the Limiter in degraded mode")
+	}
+}
+
+// Against a 3-node cluster, each upstream's limit lives on the node of its
+// hash tag and holds exactly, as on one server.
+func TestTheFleetLimitHoldsOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	l := newLimiter(t, outboundredis.Config{Client: c, PerSecond: 1.0 / 3600, Burst: 7, Timeout: time.Second})
+	nodes := map[string]bool{}
+	for _, name := range strings.Fields("payments search images mail maps video chat auth billing geo news shop") {
+		up := "https://" + name + ".example:443"
+		if n := takeAll(t, l.For(up)); n != 7 {
+			t.Fatalf("%s: took %d, want 7", up, n)
+		}
+		slot, err := c.ClusterKeySlot(context.Background(), "outbound:rate:{"+up+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[nodeOf(t, c, slot)] = true
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("12 upstreams' limits all on %v: the test does not exercise the cluster", nodes)
+	}
+}
+
+func nodeOf(t *testing.T, c *redis.ClusterClient, slot int64) string {
+	t.Helper()
+	slots, err := c.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if int64(s.Start) <= slot && slot <= int64(s.End) {
+			return s.Nodes[0].Addr
+		}
+	}
+	t.Fatalf("slot %d not covered", slot)
+	return ""
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// The tests kill and pause their servers: go-redis's log of failed dials is
+// expected there, and not worth printing.
+func init() { redis.SetLogger(quiet{}) }
