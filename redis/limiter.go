@@ -497,8 +497,10 @@ func (b *bucket) Take(ctx context.Context) error {
 			l.degrade(err)
 			return b.takeDegraded()
 		case got == 0:
-			// Remembered for at most Hold: tokens that other processes give
-			// back are seen within it.
+			// Ask again when the batch would be there (one round trip for
+			// it rather than one per token), and after Hold at the latest:
+			// tokens that other processes give back are seen within it.
+			wait += time.Duration(float64(want-1) * l.emit * float64(time.Microsecond))
 			b.limited = time.Now().Add(min(wait, l.hold))
 			b.mu.Unlock()
 			return ratelimit.ErrLimited
