@@ -145,6 +145,8 @@ func TestLeasedTokensNotUsedAreGivenBack(t *testing.T) {
 func TestConfigurationErrorsNameTheField(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
+	ignoresDeadlines := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer ignoresDeadlines.Close()
 	for _, tc := range []struct {
 		cfg  outboundredis.Config
 		want string
@@ -156,7 +158,7 @@ func TestConfigurationErrorsNameTheField(t *testing.T) {
 		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 1.5}}, "Config.Degraded.Share"},
 		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 0.5, Reject: true}}, "Config.Degraded.Share"},
 		{outboundredis.Config{Client: c, PerSecond: 1, Lease: outboundredis.Lease{Max: -1}, Degraded: outboundredis.Degraded{Reject: true}}, "Config.Lease.Max"},
-		{outboundredis.Config{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), PerSecond: 1,
+		{outboundredis.Config{Client: ignoresDeadlines, PerSecond: 1,
 			Degraded: outboundredis.Degraded{Reject: true}}, "ContextTimeoutEnabled"},
 	} {
 		_, err := outboundredis.New(tc.cfg)
