@@ -1,0 +1,202 @@
+package outboundredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+)
+
+// SignalConfig configures a Signal.
+type SignalConfig struct {
+	// Client reaches Redis (its pub/sub); required.
+	Client redis.UniversalClient
+
+	// Channel is the pub/sub channel the fleet shares. Zero means
+	// "outbound:breaker".
+	Channel string
+
+	// Replica names this process in the messages it publishes, so that it
+	// ignores its own. Zero means the host name, the process ID and a
+	// random suffix.
+	Replica string
+
+	// Timeout bounds each publication. Zero means 1 s.
+	Timeout time.Duration
+
+	// OnReceive, if set, is told of every opening another replica
+	// published, and whether this process had a breaker for it to open.
+	OnReceive func(upstream, replica string, wait time.Duration, applied bool)
+}
+
+// Breakers is where a Signal finds the breaker of an upstream: an
+// *outbound.Transport or an *attempt.Attempter.
+type Breakers interface {
+	Breaker(upstream string) (*circuit.Breaker, bool)
+}
+
+// Signal shares the openings of breakers across a fleet. When a breaker of
+// this process opens on its own evidence (its failure or slow-call rate), the
+// Signal publishes the upstream and the wait on Redis; when another replica
+// publishes one, it opens this process's breaker of that upstream for the
+// same wait (circuit.Breaker.OpenFor). Trial calls stay local: each replica
+// closes on its own evidence.
+//
+// Nothing touches Redis on the admission path: Observe only hands a
+// transition to the Signal's own goroutine, and no lock is held around
+// calls. Openings the Signal applied, Retry-After pauses and an operator's
+// SetState are not published again, so openings never echo around the fleet.
+// An upstream this process has no state for is left alone (its state is
+// not created for it).
+type Signal struct {
+	client   redis.UniversalClient
+	channel  string
+	replica  string
+	timeout  time.Duration
+	onRecv   func(string, string, time.Duration, bool)
+	out      chan string
+	breakers Breakers
+
+	mu     sync.Mutex
+	pubsub *redis.PubSub
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// NewSignal returns a Signal that publishes what Observe is given. It
+// listens to the other replicas once Attach has told it where the breakers
+// are.
+func NewSignal(cfg SignalConfig) (*Signal, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("outboundredis: SignalConfig.Client is required")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("outboundredis: SignalConfig.Timeout must be >= 0, got %v", cfg.Timeout)
+	}
+	if strings.ContainsAny(cfg.Replica, "\t\n") {
+		return nil, errors.New("outboundredis: SignalConfig.Replica cannot hold a tab or a newline")
+	}
+	s := &Signal{client: cfg.Client, channel: cmpOr(cfg.Channel, "outbound:breaker"), replica: cfg.Replica,
+		timeout: cmpOr(cfg.Timeout, time.Second), onRecv: cfg.OnReceive, out: make(chan string, 64),
+		done: make(chan struct{})}
+	if s.replica == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		s.replica = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	s.wg.Go(s.publish)
+	return s, nil
+}
+
+// Replica returns the name this process publishes under.
+func (s *Signal) Replica() string { return s.replica }
+
+// Observe takes the admission events of this process's upstreams: give it
+// to admission.Config.OnEvent (or outbound.Config.Hooks.Guard). It
+// publishes a breaker's opening on its own evidence, without waiting: a
+// publication that cannot be queued is dropped.
+func (s *Signal) Observe(e admission.Event) {
+	tr := e.Transition
+	if e.Kind != admission.Transition || tr.To != circuit.Open ||
+		(tr.Reason != circuit.ReasonFailureRate && tr.Reason != circuit.ReasonSlowCallRate) ||
+		strings.ContainsAny(e.Upstream, "\t\n") {
+		return
+	}
+	msg := s.replica + "\t" + strconv.FormatInt(tr.Wait.Milliseconds(), 10) + "\t" + e.Upstream
+	select {
+	case s.out <- msg:
+	default:
+	}
+}
+
+func (s *Signal) publish() {
+	for {
+		select {
+		case <-s.done:
+			return
+		case msg := <-s.out:
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			s.client.Publish(ctx, s.channel, msg)
+			cancel()
+		}
+	}
+}
+
+// Attach subscribes to the other replicas' openings and applies them to
+// b's breakers. It returns once the subscription is confirmed, or its error.
+func (s *Signal) Attach(b Breakers) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, s.channel)
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return fmt.Errorf("outboundredis: subscribing to %q: %w", s.channel, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.pubsub != nil {
+		ps.Close()
+		return errors.New("outboundredis: the Signal is closed or already attached")
+	}
+	s.pubsub, s.breakers = ps, b
+	ch := ps.Channel()
+	s.wg.Go(func() {
+		for m := range ch {
+			s.apply(m.Payload)
+		}
+	})
+	return nil
+}
+
+// apply opens the local breaker of an opening another replica published.
+func (s *Signal) apply(payload string) {
+	replica, rest, ok1 := strings.Cut(payload, "\t")
+	ms, upstream, ok2 := strings.Cut(rest, "\t")
+	wait, err := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || err != nil || wait <= 0 || replica == s.replica {
+		return
+	}
+	d := time.Duration(wait) * time.Millisecond
+	applied := false
+	if b, ok := s.breakers.Breaker(upstream); ok {
+		applied = b.OpenFor(d)
+	}
+	if s.onRecv != nil {
+		func() {
+			defer func() { _ = recover() }()
+			s.onRecv(upstream, replica, d, applied)
+		}()
+	}
+}
+
+// Close stops publishing and listening.
+func (s *Signal) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ps := s.pubsub
+	s.mu.Unlock()
+	close(s.done)
+	var err error
+	if ps != nil {
+		err = ps.Close()
+	}
+	s.wg.Wait()
+	return err
+}

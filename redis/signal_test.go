@@ -1,0 +1,207 @@
+package outboundredis_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+	outboundredis "github.com/outboundhq/outbound/redis"
+	"github.com/outboundhq/outbound/redis/internal/redistest"
+)
+
+type signalWorker struct {
+	Redis, Upstream string
+}
+
+const signalEnv = "OUTBOUNDREDIS_SIGNAL_WORKER"
+
+// TestSignalWorker is one replica of the breaker signal test, run as a child
+// process. It reads commands on stdin — "calls N PATH" makes N calls —
+// and prints "ok" after each, and "open UNIXNANO REASON" when its breaker
+// opens.
+func TestSignalWorker(t *testing.T) {
+	spec := os.Getenv(signalEnv)
+	if spec == "" {
+		t.Skip("a child process of TestOneReplicasOpeningOpensTheOthersWithNoRedisCallWhileClosed")
+	}
+	var w signalWorker
+	if err := json.Unmarshal([]byte(spec), &w); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: w.Redis, ContextTimeoutEnabled: true})
+	defer c.Close()
+	sig, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	say := func(format string, args ...any) { mu.Lock(); fmt.Printf(format+"\n", args...); mu.Unlock() }
+	tr, err := outbound.New(outbound.Config{MaxAttempts: 1, Admission: admission.Config{
+		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: time.Minute},
+		OnEvent: func(e admission.Event) {
+			sig.Observe(e)
+			if e.Kind == admission.Transition && e.Transition.To == circuit.Open {
+				say("open %d %v", time.Now().UnixNano(), e.Transition.Reason)
+			}
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if err := sig.Attach(tr); err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	hc := &http.Client{Transport: tr}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var n int
+		var path string
+		if _, err := fmt.Sscanf(in.Text(), "calls %d %s", &n, &path); err != nil {
+			t.Fatalf("command %q: %v", in.Text(), err)
+		}
+		for range n {
+			if resp, err := hc.Get(w.Upstream + path); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+		say("ok")
+	}
+}
+
+// replica is a child process running TestSignalWorker.
+type replica struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	opened chan time.Time
+}
+
+func startReplica(t *testing.T, w signalWorker) *replica {
+	t.Helper()
+	spec, _ := json.Marshal(w)
+	r := &replica{lines: make(chan string, 16), opened: make(chan time.Time, 4)}
+	r.cmd = exec.Command(os.Args[0], "-test.run=^TestSignalWorker$", "-test.count=1")
+	r.cmd.Env = append(os.Environ(), signalEnv+"="+string(spec))
+	r.cmd.Stderr = os.Stderr
+	r.stdin, _ = r.cmd.StdinPipe()
+	out, _ := r.cmd.StdoutPipe()
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.stdin.Close(); r.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "open" {
+				ns, _ := strconv.ParseInt(f[1], 10, 64)
+				r.opened <- time.Unix(0, ns)
+			} else {
+				r.lines <- sc.Text()
+			}
+		}
+		close(r.lines)
+	}()
+	return r
+}
+
+// do makes n calls to path and waits for them.
+func (r *replica) do(t *testing.T, n int, path string) {
+	t.Helper()
+	fmt.Fprintf(r.stdin, "calls %d %s\n", n, path)
+	select {
+	case l, ok := <-r.lines:
+		if !ok || l != "ok" {
+			t.Fatalf("replica answered %q", l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica did not answer within 30 s")
+	}
+}
+
+// commands returns the calls the Redis server has run, by command, but for
+// INFO itself.
+func commands(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for l := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":calls=")
+		if !ok || name == "cmdstat_info" {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		m[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return m
+}
+
+// Three replicas share an upstream; it fails for one of them only. That
+// one's breaker opens, and the other two are OPEN within a second. While
+// CLOSED, calls make no Redis command at all.
+func TestOneReplicasOpeningOpensTheOthersWithNoRedisCallWhileClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer up.Close()
+	w := signalWorker{Redis: srv.Addr(), Upstream: up.URL}
+	rs := []*replica{startReplica(t, w), startReplica(t, w), startReplica(t, w)}
+	for _, r := range rs {
+		r.do(t, 1, "/ok") // each has the upstream's state
+	}
+	rc := client(t, srv.Addr())
+	before := commands(t, rc)
+	for _, r := range rs {
+		r.do(t, 200, "/ok")
+	}
+	after := commands(t, rc)
+	for cmd, n := range after {
+		if n != before[cmd] {
+			t.Errorf("%d %s commands during 600 calls while CLOSED, want none", n-before[cmd], cmd)
+		}
+	}
+	rs[0].do(t, 4, "/fail")
+	var first time.Time
+	select {
+	case first = <-rs[0].opened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failing replica's breaker did not open")
+	}
+	for i, r := range rs[1:] {
+		select {
+		case at := <-r.opened:
+			if d := at.Sub(first); d > time.Second {
+				t.Errorf("replica %d opened %v after the failing one, want within 1 s", i+1, d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("replica %d did not open within 5 s of the failing one", i+1)
+		}
+	}
+	if n := commands(t, rc)["publish"] - after["publish"]; n != 1 {
+		t.Errorf("%d publications, want 1: openings the signal applied must not be published again", n)
+	}
+}
