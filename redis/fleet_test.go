@@ -17,7 +17,7 @@ import (
 
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	outboundredis "github.com/outboundhq/outbound/redis"
-	"github.com/outboundhq/outbound/redis/internal/redistest"
+	"github.com/outboundhq/outbound/internal/redistest"
 )
 
 // worker is what one process of the fleet test is asked to do.

@@ -38,7 +38,8 @@ type Config struct {
 	// ReadTimeout, whatever Timeout says.
 	Client redis.UniversalClient
 
-	// PerSecond is the fleet-wide sustained rate per upstream; required.
+	// PerSecond is the fleet-wide sustained rate per upstream; required,
+	// and at most 1,000,000.
 	PerSecond float64
 
 	// Burst is how many tokens the fleet may take at once after an idle
@@ -163,6 +164,9 @@ type Limiter struct {
 	switches, trips, takes, refunds atomic.Int64
 }
 
+// maxRate is the highest rate per upstream: one token per microsecond.
+const maxRate = 1e6
+
 // New validates cfg and returns a Limiter. Errors name the field.
 func New(cfg Config) (*Limiter, error) {
 	bad := func(field, format string, args ...any) error {
@@ -171,8 +175,8 @@ func New(cfg Config) (*Limiter, error) {
 	switch {
 	case cfg.Client == nil:
 		return nil, bad("Client", "is required")
-	case !(cfg.PerSecond > 0) || math.IsInf(cfg.PerSecond, 0):
-		return nil, bad("PerSecond", "must be a positive rate, got %v", cfg.PerSecond)
+	case !(cfg.PerSecond > 0) || cfg.PerSecond > maxRate:
+		return nil, bad("PerSecond", "must be a positive rate of at most %v per second (the bucket is kept in microseconds), got %v", maxRate, cfg.PerSecond)
 	case cfg.Burst < 0:
 		return nil, bad("Burst", "must be >= 0, got %d", cfg.Burst)
 	case cfg.Timeout < 0:
@@ -389,13 +393,16 @@ func (l *Limiter) event(e Event) {
 
 // gcra takes up to want tokens after giving back back, atomically on the
 // server's clock. The bucket's state is its theoretical arrival time (TAT)
-// in microseconds, kept with a fraction so that a rate that is not a whole
-// number of microseconds per token stays exact; the key expires when the
-// bucket is full again. It returns the tokens granted and, when none, the
+// in microseconds since mid-2025, kept with a fraction so that a rate that
+// is not a whole number of microseconds per token stays exact (Lua's numbers
+// are doubles: about 0.01 µs of resolution at this magnitude, which is 0.01%
+// of the interval between tokens at 10,000 per second and 1% at the highest
+// rate allowed, rounded to the nearest so that errors do not add up in one
+// direction); the key expires when the bucket is full again. It returns the tokens granted and, when none, the
 // microseconds until one is.
 var gcra = redis.NewScript(`
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = (tonumber(t[1]) - 1750000000) * 1000000 + tonumber(t[2])
 local emit, tau = tonumber(ARGV[1]), tonumber(ARGV[2])
 local want, back = tonumber(ARGV[3]), tonumber(ARGV[4])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')

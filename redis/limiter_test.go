@@ -13,7 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	outboundredis "github.com/outboundhq/outbound/redis"
-	"github.com/outboundhq/outbound/redis/internal/redistest"
+	"github.com/outboundhq/outbound/internal/redistest"
 )
 
 func client(t testing.TB, addr string) *redis.Client {

@@ -22,7 +22,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
 	outboundredis "github.com/outboundhq/outbound/redis"
-	"github.com/outboundhq/outbound/redis/internal/redistest"
+	"github.com/outboundhq/outbound/internal/redistest"
 )
 
 type signalWorker struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/outcome"
 	outboundredis "github.com/outboundhq/outbound/redis"
-	"github.com/outboundhq/outbound/redis/internal/redistest"
+	"github.com/outboundhq/outbound/internal/redistest"
 )
 
 // Through a Transport, the fleet's limit is the rate guard of every
