@@ -60,6 +60,20 @@ benches=(
 	"IdleBreaker/gobreaker 1"
 	"IdleBreaker/failsafe 1"
 )
+# The fleet-wide rate limit against go-redis/redis_rate, each on a
+# redis-server the benchmark starts (Debian package redis-server).
+if command -v redis-server >/dev/null 2>&1; then
+	benches+=(
+		"Fleet/redis_rate/sequential 20000"
+		"Fleet/outbound/sequential 20000"
+		"Fleet/outbound-leased/sequential 1000000"
+		"Fleet/redis_rate/16-goroutines 40000"
+		"Fleet/outbound/16-goroutines 40000"
+		"Fleet/outbound-leased/16-goroutines 1000000"
+	)
+else
+	echo "redis-server is not installed: the Fleet benchmarks are left out" >&2
+fi
 
 run_one() { # name iterations
 	local pattern n out

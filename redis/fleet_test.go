@@ -13,17 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/outboundhq/outbound/admission/ratelimit"
-	outboundredis "github.com/outboundhq/outbound/redis"
 	"github.com/outboundhq/outbound/internal/redistest"
+	outboundredis "github.com/outboundhq/outbound/redis"
 )
 
 // worker is what one process of the fleet test is asked to do.
 type worker struct {
 	Addrs      []string // one server, or the nodes of a cluster
-	Cluster    bool
 	PerSecond  float64
 	Burst      int
 	Lease      int
@@ -50,11 +49,9 @@ func TestFleetWorker(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &w); err != nil {
 		t.Fatal(err)
 	}
-	var c redis.UniversalClient
-	if w.Cluster {
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: w.Addrs, ContextTimeoutEnabled: true})
-	} else {
-		c = redis.NewClient(&redis.Options{Addr: w.Addrs[0], ContextTimeoutEnabled: true, PoolSize: 16})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: w.Addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer c.Close()
 	l, err := outboundredis.New(outboundredis.Config{Client: c, PerSecond: w.PerSecond, Burst: w.Burst,
@@ -160,8 +157,8 @@ func TestTheFleetLimitIsExactAcrossProcesses(t *testing.T) {
 	}{
 		{"one server, no leasing", worker{Addrs: []string{single.Addr()}}, false},
 		{"one server, leasing, every second token refunded", worker{Addrs: []string{single.Addr()}, Lease: 32, Refund: true}, true},
-		{"cluster, no leasing, every second token refunded", worker{Addrs: cluster.Addrs(), Cluster: true, Refund: true}, true},
-		{"cluster, leasing", worker{Addrs: cluster.Addrs(), Cluster: true, Lease: 32}, false},
+		{"cluster, no leasing, every second token refunded", worker{Addrs: cluster.Addrs(), Refund: true}, true},
+		{"cluster, leasing", worker{Addrs: cluster.Addrs(), Lease: 32}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.w

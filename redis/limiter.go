@@ -14,11 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/ratelimit"
@@ -31,12 +32,11 @@ var ErrUnavailable = errors.New("outboundredis: Redis unavailable, the fleet's r
 // Config configures a Limiter: one limit of PerSecond per upstream, shared
 // by every process that uses the same Redis and Prefix.
 type Config struct {
-	// Client reaches Redis: a *redis.Client or a *redis.ClusterClient (a
-	// limit's key carries its upstream as a hash tag, so each limit lives on
-	// one node). It must respect context deadlines (go-redis's
-	// ContextTimeoutEnabled): otherwise a command may wait for its
-	// ReadTimeout, whatever Timeout says.
-	Client redis.UniversalClient
+	// Client reaches Redis: a rueidis client of one server or of a cluster
+	// (a limit's key carries its upstream as a hash tag, so each limit lives
+	// on one node); required. Client-side caching is not used
+	// (ClientOption.DisableCache may be set).
+	Client rueidis.Client
 
 	// PerSecond is the fleet-wide sustained rate per upstream; required,
 	// and at most 1,000,000.
@@ -132,8 +132,8 @@ type Metrics struct {
 	RoundTrips int64 // scripts run on Redis (takes, give-backs)
 	Takes      int64 // tokens asked for by admissions
 	Refunds    int64
-	Held       int   // leased tokens not yet handed out, over every upstream
-	Upstreams  int   // upstreams with state kept
+	Held       int // leased tokens not yet handed out, over every upstream
+	Upstreams  int // upstreams with state kept
 }
 
 // Limiter is a rate limit shared by a fleet of processes, kept on Redis as
@@ -141,10 +141,11 @@ type Metrics struct {
 // script per round trip, atomic on the server, so the limit is exact across
 // any number of processes. Give its For method to admission.Config.RateGuard.
 type Limiter struct {
-	client  redis.UniversalClient
+	client  rueidis.Client
 	prefix  string
-	emit    float64 // microseconds per token
-	tau     float64 // microseconds of burst: Burst × emit
+	emit    float64   // microseconds per token
+	tau     float64   // microseconds of burst: Burst × emit
+	args    [2]string // emit and tau, as the script reads them
 	timeout time.Duration
 	lease   int
 	hold    time.Duration
@@ -192,9 +193,6 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.Degraded.Reject && cfg.Degraded.Share != 0:
 		return nil, bad("Degraded.Share", "cannot be set together with Degraded.Reject")
 	}
-	if err := respectsDeadlines(cfg.Client); err != nil {
-		return nil, bad("Client", "%v", err)
-	}
 	burst := cfg.Burst
 	if burst == 0 {
 		burst = max(1, int(cfg.PerSecond))
@@ -212,6 +210,7 @@ func New(cfg Config) (*Limiter, error) {
 		buckets: map[string]*bucket{},
 	}
 	l.tau = float64(burst) * l.emit
+	l.args = [2]string{strconv.FormatFloat(l.emit, 'g', -1, 64), strconv.FormatFloat(l.tau, 'g', -1, 64)}
 	if !l.reject {
 		l.share = ratelimit.Config{PerSecond: cfg.PerSecond * cfg.Degraded.Share,
 			Burst: max(1, int(float64(burst)*cfg.Degraded.Share))}
@@ -225,25 +224,6 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
-}
-
-// respectsDeadlines refuses the go-redis clients that would ignore an
-// admission's deadline.
-func respectsDeadlines(c redis.UniversalClient) error {
-	const msg = "must respect context deadlines: set ContextTimeoutEnabled in its options"
-	switch c := c.(type) {
-	case *redis.Client:
-		if !c.Options().ContextTimeoutEnabled {
-			return errors.New(msg)
-		}
-	case *redis.ClusterClient:
-		if !c.Options().ContextTimeoutEnabled {
-			return errors.New(msg)
-		}
-	case *redis.Ring:
-		return errors.New("cannot be a *redis.Ring: a Ring moves keys when its shards change, and a limit must live in one place")
-	}
-	return nil
 }
 
 // For returns the fleet's rate guard of upstream: give the method itself to
@@ -367,7 +347,7 @@ func (l *Limiter) degrade(err error) {
 // mode when it does.
 func (l *Limiter) probe() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	err := l.client.Ping(ctx).Err()
+	err := l.client.Do(ctx, l.client.B().Ping().Build()).Error()
 	cancel()
 	l.mu.Lock()
 	closed := l.closed
@@ -400,7 +380,7 @@ func (l *Limiter) event(e Event) {
 // rate allowed, rounded to the nearest so that errors do not add up in one
 // direction); the key expires when the bucket is full again. It returns the tokens granted and, when none, the
 // microseconds until one is.
-var gcra = redis.NewScript(`
+var gcra = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1750000000) * 1000000 + tonumber(t[2])
 local emit, tau = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -560,7 +540,7 @@ func (b *bucket) run(ctx context.Context, want, back int) (got int, wait time.Du
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	l.trips.Add(1)
-	res, err := gcra.Run(ctx, l.client, []string{b.key}, l.emit, l.tau, want, back).Int64Slice()
+	res, err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back)}).AsIntSlice()
 	if err != nil {
 		return 0, 0, err
 	}

@@ -8,18 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/ratelimit"
-	outboundredis "github.com/outboundhq/outbound/redis"
 	"github.com/outboundhq/outbound/internal/redistest"
+	outboundredis "github.com/outboundhq/outbound/redis"
 )
 
-func client(t testing.TB, addr string) *redis.Client {
+func client(t testing.TB, addrs ...string) rueidis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
 	return c
 }
 
@@ -143,10 +146,8 @@ func TestLeasedTokensNotUsedAreGivenBack(t *testing.T) {
 }
 
 func TestConfigurationErrorsNameTheField(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
-	defer c.Close()
-	ignoresDeadlines := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer ignoresDeadlines.Close()
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr())
 	for _, tc := range []struct {
 		cfg  outboundredis.Config
 		want string
@@ -158,8 +159,7 @@ func TestConfigurationErrorsNameTheField(t *testing.T) {
 		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 1.5}}, "Config.Degraded.Share"},
 		{outboundredis.Config{Client: c, PerSecond: 1, Degraded: outboundredis.Degraded{Share: 0.5, Reject: true}}, "Config.Degraded.Share"},
 		{outboundredis.Config{Client: c, PerSecond: 1, Lease: outboundredis.Lease{Max: -1}, Degraded: outboundredis.Degraded{Reject: true}}, "Config.Lease.Max"},
-		{outboundredis.Config{Client: ignoresDeadlines, PerSecond: 1,
-			Degraded: outboundredis.Degraded{Reject: true}}, "ContextTimeoutEnabled"},
+		{outboundredis.Config{Client: c, PerSecond: 2e6, Degraded: outboundredis.Degraded{Reject: true}}, "Config.PerSecond"},
 	} {
 		_, err := outboundredis.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -290,8 +290,7 @@ func TestACallersDeadlineIsNotARedisFailure(t *testing.T) {
 // hash tag and holds exactly, as on one server.
 func TestTheFleetLimitHoldsOnACluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
+	c := client(t, cl.Addrs()...)
 	l := newLimiter(t, outboundredis.Config{Client: c, PerSecond: 1.0 / 3600, Burst: 7, Timeout: time.Second})
 	nodes := map[string]bool{}
 	for _, name := range strings.Fields("payments search images mail maps video chat auth billing geo news shop") {
@@ -299,36 +298,27 @@ func TestTheFleetLimitHoldsOnACluster(t *testing.T) {
 		if n := takeAll(t, l.For(up)); n != 7 {
 			t.Fatalf("%s: took %d, want 7", up, n)
 		}
-		slot, err := c.ClusterKeySlot(context.Background(), "outbound:rate:{"+up+"}").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[nodeOf(t, c, slot)] = true
+		nodes[nodeHolding(t, cl, "outbound:rate:{"+up+"}")] = true
 	}
 	if len(nodes) < 2 {
 		t.Fatalf("12 upstreams' limits all on %v: the test does not exercise the cluster", nodes)
 	}
 }
 
-func nodeOf(t *testing.T, c *redis.ClusterClient, slot int64) string {
+// nodeHolding returns the address of the cluster node that holds key.
+func nodeHolding(t *testing.T, cl *redistest.Cluster, key string) string {
 	t.Helper()
-	slots, err := c.ClusterSlots(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			return s.Nodes[0].Addr
+	for _, addr := range cl.Addrs() {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := c.Do(context.Background(), c.B().Exists().Key(key).Build()).AsInt64()
+		c.Close()
+		if n == 1 {
+			return addr
 		}
 	}
-	t.Fatalf("slot %d not covered", slot)
+	t.Fatalf("no node holds %s", key)
 	return ""
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
-
-// The tests kill and pause their servers: go-redis's log of failed dials is
-// expected there, and not worth printing.
-func init() { redis.SetLogger(quiet{}) }

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
@@ -21,7 +21,7 @@ import (
 // SignalConfig configures a Signal.
 type SignalConfig struct {
 	// Client reaches Redis (its pub/sub); required.
-	Client redis.UniversalClient
+	Client rueidis.Client
 
 	// Channel is the pub/sub channel the fleet shares. Zero means
 	// "outbound:breaker".
@@ -60,7 +60,7 @@ type Breakers interface {
 // An upstream this process has no state for is left alone (its state is
 // not created for it).
 type Signal struct {
-	client   redis.UniversalClient
+	client   rueidis.Client
 	channel  string
 	replica  string
 	timeout  time.Duration
@@ -69,7 +69,7 @@ type Signal struct {
 	breakers Breakers
 
 	mu     sync.Mutex
-	pubsub *redis.PubSub
+	cancel context.CancelFunc // ends the subscription
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
@@ -129,36 +129,59 @@ func (s *Signal) publish() {
 			return
 		case msg := <-s.out:
 			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-			s.client.Publish(ctx, s.channel, msg)
+			s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(msg).Build())
 			cancel()
 		}
 	}
 }
 
 // Attach subscribes to the other replicas' openings and applies them to
-// b's breakers. It returns once the subscription is confirmed, or its error.
+// b's breakers. It returns once the subscription is confirmed (a message of
+// its own has come back through it), or an error within the Timeout. The
+// subscription is kept, and made again after Redis comes back, until Close.
 func (s *Signal) Attach(b Breakers) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	ps := s.client.Subscribe(ctx, s.channel)
-	if _, err := ps.Receive(ctx); err != nil {
-		ps.Close()
-		return fmt.Errorf("outboundredis: subscribing to %q: %w", s.channel, err)
-	}
+	ctx, cancel := context.WithCancel(context.Background())
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.pubsub != nil {
-		ps.Close()
+	if s.closed || s.breakers != nil {
+		s.mu.Unlock()
+		cancel()
 		return errors.New("outboundredis: the Signal is closed or already attached")
 	}
-	s.pubsub, s.breakers = ps, b
-	ch := ps.Channel()
+	s.breakers, s.cancel = b, cancel
+	s.mu.Unlock()
+	hello := s.replica + "\thello\t" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	heard := make(chan struct{})
+	var once sync.Once
 	s.wg.Go(func() {
-		for m := range ch {
-			s.apply(m.Payload)
+		sub := s.client.B().Subscribe().Channel(s.channel).Build()
+		for ctx.Err() == nil {
+			s.client.Receive(ctx, sub, func(m rueidis.PubSubMessage) {
+				if m.Message == hello {
+					once.Do(func() { close(heard) })
+					return
+				}
+				s.apply(m.Message)
+			})
+			select { // Redis is away: subscribe again, unhurried
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	})
-	return nil
+	deadline := time.NewTimer(s.timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(s.timeout / 20)
+	defer tick.Stop()
+	for {
+		s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(hello).Build())
+		select {
+		case <-heard:
+			return nil
+		case <-deadline.C:
+			return fmt.Errorf("outboundredis: the subscription to %q was not confirmed within %v", s.channel, s.timeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // apply opens the local breaker of an opening another replica published.
@@ -190,13 +213,12 @@ func (s *Signal) Close() error {
 		return nil
 	}
 	s.closed = true
-	ps := s.pubsub
+	cancel := s.cancel
 	s.mu.Unlock()
 	close(s.done)
-	var err error
-	if ps != nil {
-		err = ps.Close()
+	if cancel != nil {
+		cancel()
 	}
 	s.wg.Wait()
-	return err
+	return nil
 }

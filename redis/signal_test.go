@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
-	outboundredis "github.com/outboundhq/outbound/redis"
 	"github.com/outboundhq/outbound/internal/redistest"
+	outboundredis "github.com/outboundhq/outbound/redis"
 )
 
 type signalWorker struct {
@@ -44,7 +44,10 @@ func TestSignalWorker(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &w); err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: w.Redis, ContextTimeoutEnabled: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{w.Redis}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	sig, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: c})
 	if err != nil {
@@ -139,9 +142,9 @@ func (r *replica) do(t *testing.T, n int, path string) {
 
 // commands returns the calls the Redis server has run, by command, but for
 // INFO itself.
-func commands(t *testing.T, c *redis.Client) map[string]int64 {
+func commands(t *testing.T, c rueidis.Client) map[string]int64 {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/internal/redistest"
 	"github.com/outboundhq/outbound/outcome"
 	outboundredis "github.com/outboundhq/outbound/redis"
-	"github.com/outboundhq/outbound/internal/redistest"
 )
 
 // Through a Transport, the fleet's limit is the rate guard of every

@@ -85,7 +85,7 @@ func parse(r io.Reader) (round, []string) {
 // first, keeping the order of appearance otherwise.
 func sortNames(names []string) []string {
 	rank := func(n string) int {
-		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/"} {
+		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/", "Fleet/"} {
 			if strings.HasPrefix(n, g) {
 				r := i * 2
 				if base, _, _ := baseline(n); base == n {
@@ -140,6 +140,10 @@ func baseline(n string) (base, unit string, higherBetter bool) {
 		}
 	case "IdleBreaker":
 		return "IdleBreaker/gobreaker", "B/breaker", false
+	case "Fleet":
+		if len(parts) == 3 {
+			return "Fleet/redis_rate/" + parts[2], "ns/op", false
+		}
 	}
 	return "", "ns/op", false
 }
@@ -296,6 +300,18 @@ func (s *summary) targets(w io.Writer) {
 		}
 		row("end to end ("+mode+"): ≥ 0.98× bare net/http requests/s", measured, r >= 0.98)
 		row("end to end ("+mode+"): client CPU per request ≤ 1.02× bare net/http's", ratio(cpu)+"×", cpu <= 1.02)
+	}
+	if len(s.values("Fleet/outbound/sequential", "ns/op")) > 0 {
+		for _, mode := range []string{"sequential", "16-goroutines"} {
+			r := rat("Fleet/outbound/"+mode, "Fleet/redis_rate/"+mode, "ns/op")
+			row("fleet rate limit without leasing ("+mode+"): latency ≤ 1.0× go-redis/redis_rate's, with refunds",
+				fmt.Sprintf("%s× (%s µs vs %s µs)", ratio(r), num(med("Fleet/outbound/"+mode, "ns/op")/1000),
+					num(med("Fleet/redis_rate/"+mode, "ns/op")/1000)), r <= 1.0)
+		}
+		t := rat("Fleet/redis_rate/16-goroutines", "Fleet/outbound-leased/16-goroutines", "ns/op")
+		row("fleet rate limit with leasing (16 goroutines): throughput ≥ 10× go-redis/redis_rate's", num(t)+"×", t >= 10)
+		rt := med("Fleet/outbound-leased/16-goroutines", "round-trips/op")
+		row("fleet rate limit with leasing (16 goroutines): ≤ 0.1 Redis round trips per admission", fmt.Sprintf("%.4f", rt), rt <= 0.1)
 	}
 	m := med("IdleBreaker/outbound", "B/breaker")
 	g := med("IdleBreaker/gobreaker", "B/breaker")
