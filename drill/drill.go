@@ -68,7 +68,29 @@ type Options struct {
 	// Observe, if set, is given every scenario's Transport when it is
 	// built (for the metrics of its breakers).
 	Observe func(*outbound.Transport)
+	// Fleet, if set, adds the fleet scenario: several clients, each a
+	// member of a fleet with a rate guard of its own, share one limit
+	// against the fault upstream.
+	Fleet *Fleet
 }
+
+// Fleet is a rate limit shared by a fleet of processes (the redis module's
+// DrillFleet makes one on Redis), for the fleet scenario.
+type Fleet struct {
+	// PerSecond and Burst are the fleet's limit.
+	PerSecond float64
+	Burst     int
+	// New makes the rate guard of one more member of the fleet — what
+	// admission.Config.RateGuard takes, as a process of the fleet would
+	// have it — and the function that releases it.
+	New func() (rateGuard func(upstream string) admission.RateGuard, release func())
+}
+
+// fleetScenario is the scenario Options.Fleet adds.
+var fleetScenario = Scenario{Name: "fleet-shared-limit", Proto: outboundtest.HTTP1,
+	Title:  "Four clients, each a member of a fleet with a rate guard of its own, share one limit",
+	Expect: "The upstream receives what the fleet's limit allows and no more — not four times the limit — and the fleet uses its limit; calls the limit refuses are local rejections, never sent, and no client's breaker records them.",
+	run:    fleetShared}
 
 // Run runs the scenarios and returns the report. It returns an error only
 // for unknown scenario names.
@@ -76,9 +98,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	var list []Scenario
 	if len(opts.Only) == 0 {
 		list = Scenarios()
+		if opts.Fleet != nil {
+			list = append(list, fleetScenario)
+		}
 	} else {
 		for _, name := range opts.Only {
 			s, ok := Find(name)
+			if name == fleetScenario.Name {
+				if opts.Fleet == nil {
+					return nil, fmt.Errorf("scenario %q needs Options.Fleet: a rate limit shared by a fleet (the redis module's DrillFleet)", name)
+				}
+				s, ok = fleetScenario, true
+			}
 			if !ok {
 				return nil, fmt.Errorf("no scenario %q (outbound drill --list shows them)", name)
 			}
@@ -109,7 +140,7 @@ func Find(name string) (Scenario, bool) {
 }
 
 func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
-	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, user: opts.Config, start: time.Now(),
+	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, user: opts.Config, fleet: opts.Fleet, start: time.Now(),
 		res: ScenarioResult{Name: s.Name, Title: s.Title, Protocol: s.Proto.String(), Expect: s.Expect,
 			Checks: []Check{}, Attempts: map[string]int{}, Commits: map[string]int{}, Rejections: map[string]int{},
 			Transitions: []Transition{}, Events: []Event{}}}
@@ -148,8 +179,10 @@ type env struct {
 	hooks   outbound.Hooks
 	observe func(*outbound.Transport)
 	user    *outbound.Config // Options.Config
+	fleet   *Fleet           // Options.Fleet
 	cfg     outbound.Config  // the configuration of the client, once built
 	start   time.Time
+	quiet   bool // count the calls, but keep no event per attempt
 
 	mu  sync.Mutex
 	res ScenarioResult
@@ -159,6 +192,13 @@ type env struct {
 // configuration, or from the user's if one was given; breaker transitions
 // go to the timeline.
 func (e *env) newClient(own outbound.Config) *outbound.Transport {
+	c, cfg := e.build(own)
+	e.client, e.cfg = c, cfg
+	return c
+}
+
+// build builds a client as newClient does, for the scenario to close.
+func (e *env) build(own outbound.Config) (*outbound.Transport, outbound.Config) {
 	cfg := own
 	if e.user != nil {
 		cfg = *e.user
@@ -187,11 +227,10 @@ func (e *env) newClient(own outbound.Config) *outbound.Transport {
 	if err != nil {
 		panic(err)
 	}
-	e.client, e.cfg = c, cfg
 	if e.observe != nil {
 		e.observe(c)
 	}
-	return c
+	return c, cfg
 }
 
 // waitInOpen is the longest the client's breaker stays OPEN after its
@@ -218,6 +257,7 @@ type req struct {
 	stream  int64 // a one-shot body of this many zero bytes
 	header  []string
 	timeout time.Duration
+	client  *outbound.Transport // nil: the scenario's client
 }
 
 // result is what a call came to.
@@ -258,7 +298,8 @@ func (e *env) call(r req) result {
 	}
 	start := time.Now()
 	since := start.Sub(e.start)
-	resp, out, err := e.client.Do(hr)
+	c := cmp.Or(r.client, e.client)
+	resp, out, err := c.Do(hr)
 	res := result{out: out, err: err}
 	if resp != nil {
 		res.status = resp.StatusCode
@@ -285,7 +326,9 @@ func (e *env) record(since time.Duration, out *outcome.Outcome) {
 			e.res.Rejections[ev.Guard]++
 		}
 		e.res.Attempts[ev.Category]++
-		e.res.Events = append(e.res.Events, ev)
+		if !e.quiet {
+			e.res.Events = append(e.res.Events, ev)
+		}
 		at += a.Duration + a.Wait
 	}
 }

@@ -2,6 +2,7 @@ package drill_test
 
 import (
 	"context"
+	"strings"
 	"encoding/json"
 	"testing"
 
@@ -46,5 +47,12 @@ func TestABrokenClientFailsTheDrill(t *testing.T) {
 	}
 	if r.Passed {
 		t.Fatal("the drill passed a client that leaks circuit permissions")
+	}
+}
+
+func TestTheFleetScenarioNeedsAFleetAndSaysSo(t *testing.T) {
+	_, err := drill.Run(context.Background(), drill.Options{Only: []string{"fleet-shared-limit"}})
+	if err == nil || !strings.Contains(err.Error(), "Options.Fleet") {
+		t.Fatalf("err = %v, want one naming Options.Fleet", err)
 	}
 }

@@ -308,3 +308,64 @@ func deadBurst(e *env) {
 		fmt.Sprintf("<= %v (the retry budget's tokens: retries while more than half remain), not %d", tokens, 60*(e.maxAttempts()-1)))
 	e.checkInt("calls", len(results), eq(60), "60")
 }
+
+func fleetShared(e *env) {
+	const members, workers, seconds = 4, 8, 2
+	f := e.fleet
+	e.quiet = true
+	var clients []*outbound.Transport
+	for range members {
+		guard, release := f.New()
+		defer release()
+		own := outbound.Config{MaxAttempts: 1, Admission: admission.Config{RateGuard: guard}}
+		if e.user != nil {
+			own = *e.user
+			own.Admission.Rate = ratelimit.Config{} // the fleet's limit is the rate guard
+			own.Admission.RateGuard = guard
+		}
+		c, cfg := e.build(own)
+		defer c.Close()
+		clients = append(clients, c)
+		e.cfg = cfg
+	}
+	e.srv.SetDefault(outboundtest.Respond(200))
+	end := time.Now().Add(seconds * time.Second)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var local, other int
+	for i, c := range clients {
+		for w := range workers {
+			wg.Go(func() {
+				for n := 0; time.Now().Before(end) && e.ctx.Err() == nil; n++ {
+					r := e.call(req{method: "GET", id: fmt.Sprintf("m%dw%dc%d", i, w, n), client: c})
+					mu.Lock()
+					switch {
+					case r.err == nil:
+					case errors.Is(r.err, admission.ErrRejected) && r.out.Commit == outcome.NotCommitted:
+						local++
+					default:
+						other++
+					}
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond) // a client's pace, not a wait for a state
+				}
+			})
+		}
+	}
+	wg.Wait()
+	allowed := f.PerSecond*seconds + float64(f.Burst)
+	got := e.srv.TotalExecutions()
+	e.checkInt("requests the upstream received", got, atMost(int(allowed*1.01)),
+		fmt.Sprintf("<= %.0f (the fleet's %v/s for %d s, plus its burst of %d), not %d members × that", allowed, f.PerSecond, seconds, f.Burst, members))
+	e.checkInt("requests the upstream received", got, atLeast(int(0.9*f.PerSecond*seconds)),
+		fmt.Sprintf(">= %.0f (the fleet uses its limit)", 0.9*f.PerSecond*seconds))
+	e.checkInt("calls the limit refused, as local rejections not sent", local, atLeast(1), ">= 1 (the members asked for more than the limit)")
+	e.checkInt("calls that failed otherwise", other, eq(0), "0")
+	failed := 0
+	for _, c := range clients {
+		for _, m := range c.Breakers() {
+			failed += m.Failed
+		}
+	}
+	e.checkInt("failures the breakers recorded", failed, eq(0), "0 (a refusal of the fleet's limit is not an upstream failure)")
+}
