@@ -2,8 +2,8 @@ package drill_test
 
 import (
 	"context"
-	"strings"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/outboundhq/outbound/drill"
