@@ -13,10 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -539,8 +541,17 @@ func (b *bucket) run(ctx context.Context, want, back int) (got int, wait time.Du
 	l := b.l
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	args := []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back)}
 	l.trips.Add(1)
-	res, err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back)}).AsIntSlice()
+	res, err := gcra.Exec(ctx, l.client, []string{b.key}, args).AsIntSlice()
+	if err != nil && back == 0 && ctx.Err() == nil && brokenConn(err) {
+		// A connection that died while idle (Redis restarted) fails its
+		// first command; the client dials again for the next. Taking again
+		// can at worst take a token twice, which admits less, never more;
+		// a give-back is not repeated, since that could admit more.
+		l.trips.Add(1)
+		res, err = gcra.Exec(ctx, l.client, []string{b.key}, args).AsIntSlice()
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -548,6 +559,13 @@ func (b *bucket) run(ctx context.Context, want, back int) (got int, wait time.Du
 		return 0, 0, fmt.Errorf("outboundredis: the rate script answered %v", res)
 	}
 	return int(res[0]), time.Duration(res[1]) * time.Microsecond, nil
+}
+
+// brokenConn reports whether err says the connection was gone, as an idle
+// connection to a restarted server is.
+func brokenConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // takeDegraded answers an admission while Redis cannot be reached.

@@ -176,6 +176,12 @@ type events struct {
 
 func (e *events) on(ev outboundredis.Event) { e.mu.Lock(); e.es = append(e.es, ev); e.mu.Unlock() }
 
+func (e *events) all() []outboundredis.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]outboundredis.Event(nil), e.es...)
+}
+
 func (e *events) modes() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -217,7 +223,7 @@ func TestARedisDownOrSlowDegradesWithinTheTimeoutAndComesBack(t *testing.T) {
 	}
 	for _, f := range faults {
 		if err := g.Take(context.Background()); err != nil || l.Mode() != outboundredis.ModeFleet {
-			t.Fatalf("%s: before the fault: %v, mode %v", f.name, err, l.Mode())
+			t.Fatalf("%s: before the fault: %v, mode %v (events: %v)", f.name, err, l.Mode(), ev.all())
 		}
 		f.make()
 		admitted, slowest := 0, time.Duration(0)
