@@ -134,8 +134,9 @@ type Metrics struct {
 	RoundTrips int64 // scripts run on Redis (takes, give-backs)
 	Takes      int64 // tokens asked for by admissions
 	Refunds    int64
-	Held       int // leased tokens not yet handed out, over every upstream
-	Upstreams  int // upstreams with state kept
+	Local      int64 // admissions the local share allowed in degraded mode
+	Held       int   // leased tokens not yet handed out, over every upstream
+	Upstreams  int   // upstreams with state kept
 }
 
 // Limiter is a rate limit shared by a fleet of processes, kept on Redis as
@@ -164,7 +165,7 @@ type Limiter struct {
 	sweeper *time.Timer
 	closed  bool
 
-	switches, trips, takes, refunds atomic.Int64
+	switches, trips, takes, refunds, local atomic.Int64
 }
 
 // maxRate is the highest rate per upstream: one token per microsecond.
@@ -252,7 +253,7 @@ func (l *Limiter) Mode() Mode {
 // Metrics returns a snapshot of the Limiter.
 func (l *Limiter) Metrics() Metrics {
 	m := Metrics{Mode: l.Mode(), Switches: l.switches.Load(), RoundTrips: l.trips.Load(),
-		Takes: l.takes.Load(), Refunds: l.refunds.Load()}
+		Takes: l.takes.Load(), Refunds: l.refunds.Load(), Local: l.local.Load()}
 	l.mu.Lock()
 	bs := make([]*bucket, 0, len(l.buckets))
 	for _, b := range l.buckets {
@@ -581,6 +582,7 @@ func (b *bucket) takeDegraded() error {
 	lim := b.local
 	b.mu.Unlock()
 	if lim.TryAcquire() {
+		l.local.Add(1)
 		return nil
 	}
 	return ratelimit.ErrLimited
