@@ -293,3 +293,35 @@ func TestAnInvalidStartStateFailsAtConstruction(t *testing.T) {
 		t.Fatalf("StartState HALF_OPEN: %v, want an error naming StartState", err)
 	}
 }
+
+// sleepyGuard is a shared rate guard whose every take waits: a slow store.
+type sleepyGuard struct{ wait time.Duration }
+
+func (g sleepyGuard) Take(context.Context) error { time.Sleep(g.wait); return nil }
+func (sleepyGuard) Refund()                      {}
+
+// Regression: the breaker timed an attempt from before its admission, so a
+// slow shared rate guard (a Redis round trip) or a wait in the bulkhead's
+// queue made a fast upstream count as slow, and could open its breaker.
+func TestTimeSpentInALocalGuardIsNotTheUpstreamBeingSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dial, _ := answering(func() string { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" })
+		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+			Admission: admission.Config{
+				Circuit:   circuit.Config{WindowSize: 2, MinimumCalls: 2, SlowCallDuration: 100 * time.Millisecond},
+				RateGuard: func(string) admission.RateGuard { return sleepyGuard{time.Second} },
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for range 2 {
+			if _, err := get(t, tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m := upstreamBreaker(t, tr); m.Slow != 0 || m.State != circuit.Closed {
+			t.Fatalf("breaker %+v: a second in the rate guard made an instant answer slow", m)
+		}
+	})
+}

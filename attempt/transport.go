@@ -341,12 +341,15 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	epoch := t.epoch.Load()
 	r.up.used.touch(epoch)
 	p.used.touch(epoch)
-	start := clock.Now()
 	pm, err := pl.Acquire(ctx)
 	if err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
+	// The breaker times the attempt from its admission: a wait in a local
+	// guard (a bulkhead's queue, a shared rate guard's round trip) is not
+	// the upstream being slow.
+	start := clock.Now()
 	c, seq, err := p.get(ctx, o.NotBefore, o.OneShot)
 	for err == errPoolForgotten { // the route outlived its pool: the address has a new one
 		if p, err = t.renewPool(p); err == nil {
