@@ -69,11 +69,16 @@ type Config struct {
 
 // Lease configures the leasing of tokens. Leased tokens count as taken on
 // Redis when they are leased, so the fleet's sustained rate stays exact;
-// what moves is when they are used. At any moment a process holds at most
-// Max tokens it has not handed out, and holds each for at most Hold: over any
-// interval the fleet admits at most PerSecond × (the interval + Hold) +
-// Burst, and never more than the processes × Max above PerSecond × the
-// interval + Burst.
+// what moves is when they are used. A process holds at most Max leased
+// tokens it has not handed out, each for at most Hold: over any interval the
+// fleet admits at most PerSecond × (the interval + Hold) + Burst, and never
+// more than the processes × Max above PerSecond × the interval + Burst.
+// Refunded tokens are held the same way (with or without leasing) and add to
+// that bound the tokens refunded within the last Hold: a token refunded long
+// after it was taken — its attempt waited for a connection, then was
+// cancelled — is used later than the limit scheduled it. A token taken from
+// the local share in degraded mode and refunded after the switch back goes
+// to Redis as if it had come from there.
 type Lease struct {
 	// Max is the most tokens a process takes in one round trip. Zero or 1
 	// means no leasing.
@@ -159,6 +164,7 @@ type Limiter struct {
 
 	degraded atomic.Bool
 	probing  atomic.Bool
+	probeKey atomic.Pointer[string] // the key whose script failed
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -270,9 +276,10 @@ func (l *Limiter) Metrics() Metrics {
 }
 
 // Close gives back every leased token not handed out, each upstream's
-// within Timeout, and stops the Limiter's timers. Guards handed out keep
-// working, without leases' give-backs. It returns the first error Redis
-// gave.
+// within Timeout (but a batch whose round trip is in flight), and stops the
+// Limiter's timers. Guards handed out keep working, without give-backs; a
+// Limiter closed in degraded mode stays in it (nothing probes Redis any
+// more). It returns the first error Redis gave.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	l.closed = true
@@ -296,7 +303,9 @@ func (l *Limiter) Close() error {
 
 // adoptLocked keeps b in the Limiter's map, for its give-backs; l.mu held.
 func (l *Limiter) adoptLocked(b *bucket) {
-	l.buckets[b.upstream] = b
+	if cur := l.buckets[b.upstream]; cur == nil {
+		l.buckets[b.upstream] = b
+	} // else For made another since b was forgotten: b's tokens go back at its next round trip
 	b.kept.Store(true)
 	if l.sweeper == nil && !l.closed {
 		l.sweeper = time.AfterFunc(l.hold, l.sweep)
@@ -323,22 +332,27 @@ func (l *Limiter) sweep() {
 		}
 		b.mu.Unlock()
 	}
+	l.mu.Unlock()
+	if !l.degraded.Load() { // a Redis that cannot be reached is not asked every Hold
+		for _, b := range due {
+			b.giveBack(false)
+		}
+	}
+	l.mu.Lock()
 	l.sweeper = nil
 	if len(l.buckets) > 0 && !l.closed {
 		l.sweeper = time.AfterFunc(l.hold, l.sweep)
 	}
 	l.mu.Unlock()
-	for _, b := range due {
-		b.giveBack(false)
-	}
 }
 
 // degrade switches to degraded mode, once, and starts asking Redis whether
 // it is back.
-func (l *Limiter) degrade(err error) {
+func (l *Limiter) degrade(err error, key string) {
 	if l.degraded.Swap(true) {
 		return
 	}
+	l.probeKey.Store(&key)
 	l.switches.Add(1)
 	l.event(Event{Mode: ModeDegraded, Err: err, At: time.Now()})
 	if !l.probing.Swap(true) {
@@ -346,11 +360,12 @@ func (l *Limiter) degrade(err error) {
 	}
 }
 
-// probe asks Redis whether it answers again, and switches back to fleet
-// mode when it does.
+// probe asks Redis whether it answers again — the script itself, taking
+// nothing, on the key that failed, so that on a cluster it asks the node
+// that failed — and switches back to fleet mode when it does.
 func (l *Limiter) probe() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	err := l.client.Do(ctx, l.client.B().Ping().Build()).Error()
+	err := gcra.Exec(ctx, l.client, []string{*l.probeKey.Load()}, []string{l.args[0], l.args[1], "0", "0"}).Error()
 	cancel()
 	l.mu.Lock()
 	closed := l.closed
@@ -429,16 +444,27 @@ type bucket struct {
 }
 
 // Take takes one token of the fleet's limit: from the tokens this process
-// has leased, or from Redis within the Limiter's Timeout, or — while Redis
-// cannot be reached — from the local share.
+// holds, or from Redis within the Limiter's Timeout, or — while Redis cannot
+// be reached — from the local share. It waits for Redis (its own round trip,
+// or another take's for the same upstream) at most Timeout in all, whatever
+// ctx allows: a caller that gives up sooner does not make a slow Redis look
+// healthy, nor a healthy one look slow. A ctx already done is refused at
+// once.
 func (b *bucket) Take(ctx context.Context) error {
 	l := b.l
 	l.takes.Add(1)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var deadline time.Time
 	for {
 		if l.degraded.Load() {
 			return b.takeDegraded()
 		}
 		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(l.timeout)
+		}
 		b.mu.Lock()
 		b.lastTake = now
 		b.counted++
@@ -454,8 +480,9 @@ func (b *bucket) Take(ctx context.Context) error {
 		if l.lease > 1 && b.fetching != nil { // one round trip at a time per upstream
 			wait := b.fetching
 			b.mu.Unlock()
-			if err := b.await(ctx, wait); err != nil {
-				return err
+			if !await(wait, deadline) {
+				l.degrade(errSlow, b.key)
+				return b.takeDegraded()
 			}
 			continue
 		}
@@ -471,7 +498,7 @@ func (b *bucket) Take(ctx context.Context) error {
 			l.adoptLocked(b)
 			l.mu.Unlock()
 		}
-		got, wait, err := b.run(ctx, want, back)
+		got, wait, err := b.run(ctx, deadline, want, back)
 		b.mu.Lock()
 		if done != nil {
 			b.fetching = nil
@@ -479,12 +506,11 @@ func (b *bucket) Take(ctx context.Context) error {
 		}
 		switch {
 		case err != nil:
-			b.held += back // not given back: still ours to give
+			// The tokens it gave back are not kept: a script that timed
+			// out may still have run, and giving them back twice would
+			// admit more than the limit (dropping them admits less).
 			b.mu.Unlock()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			l.degrade(err)
+			l.degrade(err, b.key)
 			return b.takeDegraded()
 		case got == 0:
 			// Ask again when the batch would be there (one round trip for
@@ -502,17 +528,20 @@ func (b *bucket) Take(ctx context.Context) error {
 	}
 }
 
-// await waits for another take's round trip, within the Limiter's Timeout.
-func (b *bucket) await(ctx context.Context, done chan struct{}) error {
-	t := time.NewTimer(b.l.timeout)
+// errSlow is why a take that waited for another's round trip until its
+// deadline switches to degraded mode.
+var errSlow = errors.New("outboundredis: no answer from Redis within the Timeout")
+
+// await waits for another take's round trip until deadline, and reports
+// whether it ended in time.
+func await(done chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C: // the round trip ends within its own timeout; this is a backstop
-		return nil
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -537,10 +566,11 @@ func (b *bucket) batchLocked(now time.Time) (want, back int) {
 	return min(max(want, 1), b.l.lease), back
 }
 
-// run runs the script within the Limiter's Timeout.
-func (b *bucket) run(ctx context.Context, want, back int) (got int, wait time.Duration, err error) {
+// run runs the script until deadline, whatever ctx's own end (its values
+// are kept, for tracing).
+func (b *bucket) run(ctx context.Context, deadline time.Time, want, back int) (got int, wait time.Duration, err error) {
 	l := b.l
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	args := []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back)}
 	l.trips.Add(1)
@@ -576,6 +606,7 @@ func (b *bucket) takeDegraded() error {
 		return ErrUnavailable
 	}
 	b.mu.Lock()
+	b.lastTake = time.Now()
 	if b.local == nil {
 		b.local, _ = ratelimit.New(l.share) // validated in New
 	}
@@ -619,11 +650,7 @@ func (b *bucket) giveBack(all bool) error {
 	back := b.held
 	b.held = 0
 	b.mu.Unlock()
-	_, _, err := b.run(context.Background(), 0, back)
-	if err != nil {
-		b.mu.Lock()
-		b.held += back
-		b.mu.Unlock()
-	}
+	// On error they are not kept: the script may have run (see Take).
+	_, _, err := b.run(context.Background(), time.Now().Add(b.l.timeout), 0, back)
 	return err
 }

@@ -3,6 +3,9 @@ package outboundredis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,9 +118,8 @@ func TestLeasedTokensNotUsedAreGivenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held := leaser.Metrics().Held
-	if held == 0 {
-		t.Fatal("the busy process holds no leased token: leasing is not working")
+	if m := leaser.Metrics(); m.RoundTrips >= 30 {
+		t.Fatalf("%d round trips for 30 takes: leasing is not working", m.RoundTrips)
 	}
 	// Given back after Hold, by the sweep: the other process can take all
 	// that the busy one did not use.
@@ -346,4 +348,112 @@ func nodeHolding(t *testing.T, cl *redistest.Cluster, key string) string {
 	}
 	t.Fatalf("no node holds %s", key)
 	return ""
+}
+
+// debugSleep makes the server sleep for d (DEBUG SLEEP) from another
+// connection: the commands sent meanwhile run after it, late.
+func debugSleep(t *testing.T, addr string, d time.Duration) {
+	t.Helper()
+	c := client(t, addr)
+	go c.Do(context.Background(), c.B().Arbitrary("DEBUG", "SLEEP").Args(fmt.Sprint(d.Seconds())).Build())
+	time.Sleep(20 * time.Millisecond) // the sleep has started; not a timing assertion
+}
+
+// Regression: a give-back whose round trip timed out was kept and given
+// back again at the next sweep, although the script had run, late: the fleet
+// then got those tokens twice or more.
+func TestAGiveBackThatTimedOutIsNotGivenBackTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1.0 / 3600, Burst: 100, Timeout: 50 * time.Millisecond,
+		Lease: outboundredis.Lease{Max: 10, Hold: 100 * time.Millisecond}, Degraded: outboundredis.Degraded{Reject: true}}
+	l := newLimiter(t, cfg)
+	g := l.For("up")
+	for range 30 { // the lease grows to a batch of 10
+		if err := g.Take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The sweeps during the sleep give the held tokens back: each times
+	// out, and runs after the sleep.
+	debugSleep(t, srv.Addr(), 600*time.Millisecond)
+	probe := client(t, srv.Addr())
+	waitFor(t, "the end of the server's sleep", func() bool {
+		return probe.Do(context.Background(), probe.B().Ping().Build()).Error() == nil
+	})
+	time.Sleep(300 * time.Millisecond) // room for the sweeps after it; not a timing assertion
+	l.Close()
+	cfg.Lease, cfg.Prefix = outboundredis.Lease{}, ""
+	other := newLimiter(t, cfg)
+	if n := takeAll(t, other.For("up")); n > 70 {
+		t.Fatalf("another process took %d, more than the 70 the busy one did not use: tokens given back twice", n)
+	}
+}
+
+// slowProxy forwards TCP connections to addr, holding every chunk of the
+// server's answers for delay: a Redis that answers, slowly.
+func slowProxy(t *testing.T, addr string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			t.Cleanup(func() { c.Close(); s.Close() })
+			go io.Copy(s, c)
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if err != nil {
+						c.Close()
+						return
+					}
+					time.Sleep(delay) // the slowness being simulated
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// Regression: a take that waited for another take's round trip could then
+// wait for one more, each with a full Timeout: with Redis answering in 60 ms
+// and a Timeout of 100 ms, admissions waited for several round trips.
+func TestAnAdmissionWaitsForRedisAtMostTheTimeoutInAll(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	l := newLimiter(t, outboundredis.Config{Client: client(t, slowProxy(t, srv.Addr(), 60*time.Millisecond)),
+		PerSecond: 1000, Burst: 1000, Timeout: timeout, Lease: outboundredis.Lease{Max: 64},
+		Degraded: outboundredis.Degraded{Share: 0.5, RetryEvery: time.Hour}})
+	g := l.For("up")
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	for range 20 { // a cold start: the first batch is of one token
+		wg.Go(func() {
+			start := time.Now()
+			g.Take(context.Background())
+			d := int64(time.Since(start))
+			for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
+			}
+		})
+	}
+	wg.Wait()
+	// 1.5×: the Timeout is the bound, with room for a busy machine.
+	if d := time.Duration(slowest.Load()); d > timeout*3/2 {
+		t.Fatalf("an admission waited %v for Redis, with a Timeout of %v", d, timeout)
+	}
 }

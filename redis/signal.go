@@ -53,6 +53,10 @@ type Breakers interface {
 // same wait (circuit.Breaker.OpenFor). Trial calls stay local: each replica
 // closes on its own evidence.
 //
+// Delivery is at most once: an opening published while a replica's
+// subscription is down (Redis restarting), or whose publication fails, is
+// not seen by it; it then opens on its own evidence, as without the Signal.
+//
 // Nothing touches Redis on the admission path: Observe only hands a
 // transition to the Signal's own goroutine, and no lock is held around
 // calls. Openings the Signal applied, Retry-After pauses and an operator's
@@ -106,11 +110,13 @@ func (s *Signal) Replica() string { return s.replica }
 
 // Observe takes the admission events of this process's upstreams: give it
 // to admission.Config.OnEvent (or outbound.Config.Hooks.Guard). It
-// publishes a breaker's opening on its own evidence, without waiting: a
-// publication that cannot be queued is dropped.
+// publishes a breaker's opening from CLOSED on its own evidence, without
+// waiting: a publication that cannot be queued is dropped. A failed round of
+// trial calls (HALF_OPEN to OPEN) is not published: each replica recovers
+// on its own trials.
 func (s *Signal) Observe(e admission.Event) {
 	tr := e.Transition
-	if e.Kind != admission.Transition || tr.To != circuit.Open ||
+	if e.Kind != admission.Transition || tr.To != circuit.Open || tr.From != circuit.Closed ||
 		(tr.Reason != circuit.ReasonFailureRate && tr.Reason != circuit.ReasonSlowCallRate) ||
 		strings.ContainsAny(e.Upstream, "\t\n") {
 		return
@@ -137,10 +143,15 @@ func (s *Signal) publish() {
 
 // Attach subscribes to the other replicas' openings and applies them to
 // b's breakers. It returns once the subscription is confirmed (a message of
-// its own has come back through it), or an error within the Timeout. The
-// subscription is kept, and made again after Redis comes back, until Close.
+// its own has come back through it), or an error within the Timeout, after
+// which Attach may be called again. The subscription is kept, and made again
+// after Redis comes back, until Close.
 func (s *Signal) Attach(b Breakers) error {
 	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	hello := s.replica + "\thello\t" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	heard := make(chan struct{})
+	var once sync.Once
 	s.mu.Lock()
 	if s.closed || s.breakers != nil {
 		s.mu.Unlock()
@@ -148,11 +159,8 @@ func (s *Signal) Attach(b Breakers) error {
 		return errors.New("outboundredis: the Signal is closed or already attached")
 	}
 	s.breakers, s.cancel = b, cancel
-	s.mu.Unlock()
-	hello := s.replica + "\thello\t" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	heard := make(chan struct{})
-	var once sync.Once
 	s.wg.Go(func() {
+		defer close(stopped)
 		sub := s.client.B().Subscribe().Channel(s.channel).Build()
 		for ctx.Err() == nil {
 			s.client.Receive(ctx, sub, func(m rueidis.PubSubMessage) {
@@ -168,16 +176,28 @@ func (s *Signal) Attach(b Breakers) error {
 			}
 		}
 	})
+	s.mu.Unlock()
 	deadline := time.NewTimer(s.timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(s.timeout / 20)
+	tick := time.NewTicker(max(s.timeout/20, time.Millisecond))
 	defer tick.Stop()
 	for {
-		s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(hello).Build())
+		pctx, pcancel := context.WithTimeout(ctx, s.timeout)
+		s.client.Do(pctx, s.client.B().Publish().Channel(s.channel).Message(hello).Build())
+		pcancel()
 		select {
 		case <-heard:
 			return nil
+		case <-ctx.Done(): // Close
+			return errors.New("outboundredis: the Signal was closed while attaching")
 		case <-deadline.C:
+			cancel()
+			<-stopped
+			s.mu.Lock()
+			if s.cancel != nil && !s.closed {
+				s.breakers, s.cancel = nil, nil
+			}
+			s.mu.Unlock()
 			return fmt.Errorf("outboundredis: the subscription to %q was not confirmed within %v", s.channel, s.timeout)
 		case <-tick.C:
 		}

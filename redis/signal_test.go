@@ -208,3 +208,64 @@ func TestOneReplicasOpeningOpensTheOthersWithNoRedisCallWhileClosed(t *testing.T
 		t.Errorf("%d publications, want 1: openings the signal applied must not be published again", n)
 	}
 }
+
+// Only an opening from CLOSED is published: a failed round of trial calls
+// (HALF_OPEN to OPEN) would reopen replicas that closed on their own good
+// trials; openings the signal applied, Retry-After pauses and SetState are
+// not evidence of this process's own.
+func TestOnlyAnOpeningFromClosedOnItsOwnEvidenceIsPublished(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr())
+	sig, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	open := func(from circuit.State, r circuit.Reason) admission.Event {
+		return admission.Event{Upstream: "up", Kind: admission.Transition,
+			Transition: circuit.Transition{From: from, To: circuit.Open, Reason: r, Wait: time.Minute}}
+	}
+	for _, e := range []admission.Event{
+		open(circuit.HalfOpen, circuit.ReasonFailureRate),
+		open(circuit.Closed, circuit.ReasonOpenFor),
+		open(circuit.Closed, circuit.ReasonManual),
+		open(circuit.Closed, circuit.ReasonSlowCallRate),
+		open(circuit.Closed, circuit.ReasonFailureRate),
+	} {
+		sig.Observe(e)
+	}
+	waitFor(t, "two publications", func() bool { return commands(t, c)["publish"] >= 2 })
+	time.Sleep(50 * time.Millisecond) // room for a third, which must not come; not a timing assertion
+	if n := commands(t, c)["publish"]; n != 2 {
+		t.Fatalf("%d publications, want 2 (the openings from CLOSED on failure and slow-call rates)", n)
+	}
+}
+
+// An Attach that cannot confirm its subscription fails within its Timeout
+// and leaves the Signal as it was: a later Attach, with Redis back, works.
+func TestAnAttachThatFailsCanBeMadeAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr())
+	sig, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: c, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	tr, err := outbound.New(outbound.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	srv.Pause()
+	start := time.Now()
+	if err := sig.Attach(tr); err == nil {
+		t.Fatal("attached to a Redis that does not answer")
+	}
+	if d := time.Since(start); d > 2*time.Second { // generous: the bound is the Timeout
+		t.Errorf("Attach took %v with a Timeout of 200ms", d)
+	}
+	srv.Resume()
+	if err := sig.Attach(tr); err != nil {
+		t.Fatalf("Attach after Redis came back: %v", err)
+	}
+}

@@ -263,6 +263,7 @@ func TestTheWaitInOpenBacksOffResetsWhenTheBreakerClosesAndIsAnnouncedByTheTrans
 		wantState(t, b, circuit.Closed)
 		record(t, b, "ff") // a new outage
 		probe("s")
+		synctest.Wait() // transitions are told from the timer's goroutine, after the state changed
 		mu.Lock()
 		defer mu.Unlock()
 		want := []time.Duration{10, 20, 40, 80, 100, 100, 100, 10}
