@@ -148,7 +148,6 @@ func (s *Signal) publish() {
 // after Redis comes back, until Close.
 func (s *Signal) Attach(b Breakers) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
 	hello := s.replica + "\thello\t" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	heard := make(chan struct{})
 	var once sync.Once
@@ -160,7 +159,6 @@ func (s *Signal) Attach(b Breakers) error {
 	}
 	s.breakers, s.cancel = b, cancel
 	s.wg.Go(func() {
-		defer close(stopped)
 		sub := s.client.B().Subscribe().Channel(s.channel).Build()
 		for ctx.Err() == nil {
 			s.client.Receive(ctx, sub, func(m rueidis.PubSubMessage) {
@@ -168,7 +166,9 @@ func (s *Signal) Attach(b Breakers) error {
 					once.Do(func() { close(heard) })
 					return
 				}
-				s.apply(m.Message)
+				if ctx.Err() == nil {
+					s.apply(m.Message)
+				}
 			})
 			select { // Redis is away: subscribe again, unhurried
 			case <-ctx.Done():
@@ -176,31 +176,42 @@ func (s *Signal) Attach(b Breakers) error {
 			}
 		}
 	})
+	// The hello goes out from a goroutine of its own too: a client may
+	// wait for its own timeouts, not the context's, while it connects.
+	s.wg.Go(func() {
+		tick := time.NewTicker(max(s.timeout/20, time.Millisecond))
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			pctx, pcancel := context.WithTimeout(ctx, s.timeout)
+			s.client.Do(pctx, s.client.B().Publish().Channel(s.channel).Message(hello).Build())
+			pcancel()
+			select {
+			case <-heard:
+				return
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	})
 	s.mu.Unlock()
 	deadline := time.NewTimer(s.timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(max(s.timeout/20, time.Millisecond))
-	defer tick.Stop()
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, s.timeout)
-		s.client.Do(pctx, s.client.B().Publish().Channel(s.channel).Message(hello).Build())
-		pcancel()
-		select {
-		case <-heard:
-			return nil
-		case <-ctx.Done(): // Close
-			return errors.New("outboundredis: the Signal was closed while attaching")
-		case <-deadline.C:
-			cancel()
-			<-stopped
-			s.mu.Lock()
-			if s.cancel != nil && !s.closed {
-				s.breakers, s.cancel = nil, nil
-			}
-			s.mu.Unlock()
-			return fmt.Errorf("outboundredis: the subscription to %q was not confirmed within %v", s.channel, s.timeout)
-		case <-tick.C:
+	select {
+	case <-heard:
+		return nil
+	case <-ctx.Done(): // Close
+		return errors.New("outboundredis: the Signal was closed while attaching")
+	case <-deadline.C:
+		// Not waiting for the goroutines to end: against a Redis that does
+		// not answer, the client may take its own timeouts to give up.
+		// They end by themselves, and apply nothing meanwhile.
+		cancel()
+		s.mu.Lock()
+		if !s.closed {
+			s.breakers, s.cancel = nil, nil
 		}
+		s.mu.Unlock()
+		return fmt.Errorf("outboundredis: the subscription to %q was not confirmed within %v", s.channel, s.timeout)
 	}
 }
 
@@ -213,8 +224,14 @@ func (s *Signal) apply(payload string) {
 		return
 	}
 	d := time.Duration(wait) * time.Millisecond
+	s.mu.Lock()
+	breakers := s.breakers
+	s.mu.Unlock()
+	if breakers == nil { // an Attach that failed
+		return
+	}
 	applied := false
-	if b, ok := s.breakers.Breaker(upstream); ok {
+	if b, ok := breakers.Breaker(upstream); ok {
 		applied = b.OpenFor(d)
 	}
 	if s.onRecv != nil {
