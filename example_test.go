@@ -204,3 +204,35 @@ func ExampleSlogHooks() {
 	// level=INFO msg="outbound attempt" method=PUT attempt=1 stage=await-response category=Ambiguous evidence="request bytes written, no status"
 	// level=INFO msg="outbound retry scheduled" method=PUT attempt=1 reason=retryable
 }
+
+// Hedging cuts a slow tail: a GET whose first attempt has not answered
+// within the delay gets a second one, and the first answer wins.
+func ExampleHedging() {
+	upstream := outboundtest.NewServer(outboundtest.H2C)
+	defer upstream.Close()
+	upstream.Enqueue(outboundtest.Slow(10*time.Second, 200)) // the first attempt is stuck
+
+	t, err := outbound.New(outbound.Config{
+		Transport: upstream.Transport(),
+		// Adaptive: hedge after the latency that 95% of the upstream's
+		// first attempts beat (ExtraLoad 0.05). A fixed Delay is here
+		// because the upstream has no history yet.
+		Hedging: &outbound.Hedging{Delay: 50 * time.Millisecond},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	req, _ := http.NewRequest(http.MethodGet, upstream.URL+"/search", nil)
+	resp, out, err := t.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, a := range out.Attempts {
+		fmt.Printf("hedge %v, lost %v, %v\n", a.Hedge, a.Lost, a.Category)
+	}
+	// Output:
+	// hedge false, lost true, Ambiguous
+	// hedge true, lost false, Answered
+}

@@ -118,6 +118,12 @@ type Config struct {
 	// every attempt of a call.
 	IdempotencyKeys bool
 
+	// Hedging, if set, sends a hedge — another attempt beside one that has
+	// not answered within a delay — for the calls that could be retried
+	// after an ambiguous failure, and takes the first answer (see
+	// Hedging). Nil means no hedging; WithHedging sets it per call.
+	Hedging *Hedging
+
 	// IdleConnTimeout closes a connection that has carried no request for
 	// this long. Zero means the Transport's IdleConnTimeout, and if that is
 	// zero too, 90 seconds: net/http then keeps idle connections forever,
@@ -212,8 +218,10 @@ type Transport struct {
 	hooks          Hooks
 
 	openOnRetryAfter func(int) bool
+	hedging          *Hedging
 
-	budgets sync.Map // upstream key -> *retry.Budget
+	budgets   sync.Map // upstream key -> *retry.Budget
+	latencies sync.Map // upstream key -> *latency, for adaptive hedging
 }
 
 // New validates cfg and returns a Transport. Errors name the offending field.
@@ -245,6 +253,10 @@ func New(cfg Config) (*Transport, error) {
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
 		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks,
 		openOnRetryAfter: cfg.OpenOnRetryAfter}
+	if h := cfg.Hedging; h != nil {
+		hc := *h // a copy: the caller's may change
+		t.hedging = &hc
+	}
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}
@@ -327,6 +339,7 @@ func (t *Transport) budget(key string) *retry.Budget {
 // layer forgot, and tells the hooks.
 func (t *Transport) forget(key string) {
 	t.budgets.Delete(key)
+	t.latencies.Delete(key)
 	if f := t.hooks.UpstreamForgotten; f != nil {
 		defer func() { _ = recover() }()
 		f(key)
@@ -369,6 +382,9 @@ func OutcomeOf(err error) (*outcome.Outcome, bool) {
 // validate checks the fields of cfg that the Transport itself uses, and
 // the contradictions between them.
 func validate(cfg *Config) error {
+	if err := cfg.Hedging.validate(); err != nil {
+		return err
+	}
 	switch {
 	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > 100:
 		return cfgerr.New("outbound", "MaxAttempts", "must be in [0, 100], got %d", cfg.MaxAttempts)

@@ -59,6 +59,12 @@ benches=(
 	"IdleBreaker/outbound 1"
 	"IdleBreaker/gobreaker 1"
 	"IdleBreaker/failsafe 1"
+	"Hedging/http1/outbound 3000"
+	"Hedging/http1/outbound-hedged 3000"
+	"Hedging/http1/failsafe-hedged 3000"
+	"Hedging/h2c/outbound 3000"
+	"Hedging/h2c/outbound-hedged 3000"
+	"Hedging/h2c/failsafe-hedged 3000"
 )
 # The fleet-wide rate limit against go-redis/redis_rate, each on a
 # redis-server the benchmark starts (Debian package redis-server).

@@ -70,6 +70,11 @@ type Attempt struct {
 	// counted against the attempts and costs no retry budget.
 	Lifecycle bool
 
+	// Hedge reports that the attempt was a hedge, sent beside another of
+	// the call that had not answered yet; Lost, that it was cancelled
+	// because another attempt of the call answered first.
+	Hedge, Lost bool
+
 	// Decision is what was decided after this attempt, and Wait how long
 	// the call waited before the next one.
 	Decision retry.Reason

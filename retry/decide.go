@@ -114,6 +114,7 @@ const (
 	Cancelled                                  // the caller cancelled the call during an attempt
 	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
 	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
+	Superseded                                 // another attempt of the call, in flight beside this one (a hedge), decided the call
 )
 
 var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", LocalRejection: "rejected locally",
@@ -124,7 +125,8 @@ var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", L
 	BodyUnavailable: "GetBody failed", Transparent: "transparent retry (the connection's life, not the upstream)",
 	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
 	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
-	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After"}
+	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After",
+	Superseded: "another attempt of the call decided it"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {

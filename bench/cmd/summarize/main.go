@@ -85,7 +85,7 @@ func parse(r io.Reader) (round, []string) {
 // first, keeping the order of appearance otherwise.
 func sortNames(names []string) []string {
 	rank := func(n string) int {
-		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/", "Fleet/"} {
+		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/", "Fleet/", "Hedging/"} {
 			if strings.HasPrefix(n, g) {
 				r := i * 2
 				if base, _, _ := baseline(n); base == n {
@@ -143,6 +143,10 @@ func baseline(n string) (base, unit string, higherBetter bool) {
 	case "Fleet":
 		if len(parts) == 3 {
 			return "Fleet/redis_rate/" + parts[2], "ns/op", false
+		}
+	case "Hedging":
+		if len(parts) == 3 {
+			return "Hedging/" + parts[1] + "/outbound", "p99-ms", false
 		}
 	}
 	return "", "ns/op", false
@@ -312,6 +316,22 @@ func (s *summary) targets(w io.Writer) {
 		row("fleet rate limit with leasing (16 goroutines): throughput ≥ 10× go-redis/redis_rate's", num(t)+"×", t >= 10)
 		rt := med("Fleet/outbound-leased/16-goroutines", "round-trips/op")
 		row("fleet rate limit with leasing (16 goroutines): ≤ 0.1 Redis round trips per admission", fmt.Sprintf("%.4f", rt), rt <= 0.1)
+	}
+	for _, proto := range []string{"http1", "h2c"} {
+		if len(s.values("Hedging/"+proto+"/outbound", "p99-ms")) == 0 {
+			continue
+		}
+		hedged, fs := "Hedging/"+proto+"/outbound-hedged", "Hedging/"+proto+"/failsafe-hedged"
+		r := rat(hedged, "Hedging/"+proto+"/outbound", "p99-ms")
+		row("hedging ("+proto+", 2% slow tail): p99 with adaptive hedging ≤ 0.5× without", fmt.Sprintf("%s× (%s ms vs %s ms)",
+			ratio(r), num(med(hedged, "p99-ms")), num(med("Hedging/"+proto+"/outbound", "p99-ms"))), r <= 0.5)
+		x := med(hedged, "hedges-%")
+		row("hedging ("+proto+"): extra load within ±1 point of its 5% target", fmt.Sprintf("%.2f%% hedges sent (%.2f%% more requests received)",
+			x, med(hedged, "extra-received-%")), x >= 4 && x <= 6)
+		fr := rat(hedged, fs, "p99-ms")
+		fx := med(fs, "hedges-%")
+		row("hedging ("+proto+"): p99 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s ms at %.2f%% hedges vs %s ms at %.2f%%)",
+			ratio(fr), num(med(hedged, "p99-ms")), x, num(med(fs, "p99-ms")), fx), fr <= 1 && x <= fx)
 	}
 	m := med("IdleBreaker/outbound", "B/breaker")
 	g := med("IdleBreaker/gobreaker", "B/breaker")

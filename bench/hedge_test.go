@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outcome"
+)
+
+// slowTail is an upstream where 2% of answers take 100–300 ms and the rest
+// about 1 ms, counting the requests it receives.
+type slowTail struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+}
+
+func newSlowTail(tb testing.TB, h2c bool) *slowTail {
+	s := &slowTail{}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		d := time.Millisecond
+		if rand.IntN(50) == 0 {
+			d = 100*time.Millisecond + rand.N(200*time.Millisecond)
+		}
+		select {
+		case <-time.After(d): // the upstream's latency
+		case <-r.Context().Done(): // a cancelled hedge
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	if h2c {
+		s.srv.Config.Protocols = new(http.Protocols)
+		s.srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	s.srv.Start()
+	tb.Cleanup(s.srv.Close)
+	return s
+}
+
+func slowTailTransport(h2c bool) *http.Transport {
+	t := &http.Transport{MaxIdleConnsPerHost: 64}
+	if h2c {
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return t
+}
+
+// BenchmarkHedging calls a slow-tailed upstream from 16 callers, b.N calls
+// in all, through outbound without hedging, with adaptive hedging at a 5%
+// extra-load target, and through failsafe-go's hedge policy with the same
+// rule (a hedge after the 95th percentile of recent latencies, remembering
+// about 500, from the 64th on; one hedge), and reports the latency percentiles and the extra
+// requests the upstream received.
+func BenchmarkHedging(b *testing.B) {
+	for _, proto := range []string{"http1", "h2c"} {
+		h2c := proto == "h2c"
+		clients := []struct {
+			name string
+			rt   func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper
+		}{
+			{"outbound", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+				return mustOutbound(tb, outbound.Config{Transport: slowTailTransport(h2c)}, hedges)
+			}},
+			{"outbound-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+				return mustOutbound(tb, outbound.Config{Transport: slowTailTransport(h2c),
+					Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, hedges)
+			}},
+			{"failsafe-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+				t := slowTailTransport(h2c)
+				tb.Cleanup(t.CloseIdleConnections)
+				return failsafehttp.NewRoundTripper(t,
+					hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 500, 64).WithMaxHedges(1).
+						OnHedge(func(failsafe.ExecutionEvent[*http.Response]) { hedges.Add(1) }).Build())
+			}},
+		}
+		for _, c := range clients {
+			b.Run(proto+"/"+c.name, func(b *testing.B) {
+				up := newSlowTail(b, h2c)
+				var hedges atomic.Int64
+				rt := c.rt(b, &hedges)
+				// Warm up: connections, and outbound's latency estimate.
+				for range 200 {
+					call(b, rt, up.srv.URL)
+				}
+				up.requests.Store(0)
+				hedges.Store(0)
+				lat := make([]time.Duration, 0, b.N)
+				var mu sync.Mutex
+				var next atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							start := time.Now()
+							call(b, rt, up.srv.URL)
+							d := time.Since(start)
+							mu.Lock()
+							lat = append(lat, d)
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				slices.Sort(lat)
+				q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+				b.ReportMetric(q(0.5), "p50-ms")
+				b.ReportMetric(q(0.99), "p99-ms")
+				b.ReportMetric(q(0.999), "p99.9-ms")
+				b.ReportMetric(100*float64(hedges.Load())/float64(b.N), "hedges-%")
+				b.ReportMetric(100*float64(up.requests.Load()-int64(b.N))/float64(b.N), "extra-received-%")
+			})
+		}
+	}
+}
+
+// mustOutbound returns a Transport that counts the hedges it sends.
+func mustOutbound(tb testing.TB, cfg outbound.Config, hedges *atomic.Int64) http.RoundTripper {
+	cfg.Hooks.AttemptDone = func(_ context.Context, _ outbound.AttemptInfo, a outcome.Attempt) {
+		if a.Hedge && a.Category != classify.LocalRejection {
+			hedges.Add(1)
+		}
+	}
+	t, err := outbound.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(t.Close)
+	return t
+}
+
+func call(b *testing.B, rt http.RoundTripper, url string) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}

@@ -1,0 +1,232 @@
+package outbound
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/internal/cfgerr"
+)
+
+// Hedging configures hedged attempts: when an attempt has not answered
+// within a delay, another is sent beside it, and the first answer that ends
+// the call (one whose status is not retried) wins: the backup requests of
+// "The Tail at Scale". Hedges are attempts, and Config.MaxAttempts (or
+// WithMaxAttempts) bounds them with the others: a call of one attempt is not
+// hedged. Only a call that could be retried
+// after an ambiguous failure is hedged — an idempotent method, or, with
+// Keyed, one that carries an Idempotency-Key — and only with a replayable
+// body (none, or one with GetBody): a one-shot body is never sent twice.
+//
+// Every hedge is an attempt: it passes the circuit breaker, the rate limiter
+// and the bulkhead (one they refuse is not sent, and gives its permits back
+// as usual), is classified, and appears in the call's outcome
+// (outcome.Attempt.Hedge). When an attempt's answer ends the call, the
+// others are cancelled (outcome.Attempt.Lost), their permits come back, and
+// the breaker records them as neither success nor failure. A hedge costs a
+// token of the upstream's retry budget, which retries share (one a local
+// guard refuses gives it back), and none is sent while the budget holds
+// half or less: an exhausted budget stops new hedges and never cancels an
+// attempt in flight, and under saturation hedges add at most the budget's
+// TokenRatio of the successes.
+//
+// A hedge asks the upstream's connection pool like any attempt: over
+// HTTP/1.1 it gets another connection (the first is busy), over HTTP/2 it
+// may share the first's connection. Dialing a new one on purpose would add
+// a round trip and a TLS handshake to every hedge — often more than the tail
+// it is meant to cut — while a connection that stops answering is ended by
+// its own timeouts.
+type Hedging struct {
+	// Delay is how long an attempt runs before a hedge is sent beside it.
+	// Zero means adaptive: the latency within which the upstream answered
+	// 1 − ExtraLoad of its recent attempts, so that hedges add about
+	// ExtraLoad to the attempts sent (Finagle's maxExtraLoad). Until an
+	// upstream has answered enough attempts to tell (64), adaptive hedging
+	// sends no hedge.
+	Delay time.Duration
+
+	// ExtraLoad is the share of extra attempts adaptive hedging aims for.
+	// Zero means 0.05; at most 0.5.
+	ExtraLoad float64
+
+	// MaxHedges is the most hedges of one call. Zero means 1.
+	MaxHedges int
+
+	// Keyed also hedges calls with a non-idempotent method (POST, PATCH)
+	// that carry an Idempotency-Key header, which the upstream must honour.
+	Keyed bool
+}
+
+func (h *Hedging) validate() error {
+	if h == nil {
+		return nil
+	}
+	switch {
+	case h.Delay < 0:
+		return cfgerr.New("outbound", "Hedging.Delay", "must be >= 0, got %v", h.Delay)
+	case !(h.ExtraLoad >= 0 && h.ExtraLoad <= 0.5):
+		return cfgerr.New("outbound", "Hedging.ExtraLoad", "must be in [0, 0.5], got %v", h.ExtraLoad)
+	case h.MaxHedges < 0 || h.MaxHedges > 10:
+		return cfgerr.New("outbound", "Hedging.MaxHedges", "must be in [0, 10], got %d", h.MaxHedges)
+	}
+	return nil
+}
+
+func (h *Hedging) maxHedges() int {
+	if h.MaxHedges == 0 {
+		return 1
+	}
+	return h.MaxHedges
+}
+
+func (h *Hedging) extraLoad() float64 {
+	if h.ExtraLoad == 0 {
+		return 0.05
+	}
+	return h.ExtraLoad
+}
+
+func (h *Hedging) quantile() float64 { return 1 - h.extraLoad() }
+
+type hedgingKey struct{}
+
+// WithHedging returns a copy of ctx under which a call is hedged as h says,
+// whatever Config.Hedging says; a nil h turns hedging off for the calls made
+// with it.
+func WithHedging(ctx context.Context, h *Hedging) context.Context {
+	if h != nil {
+		hc := *h // a copy: the caller's may change
+		h = &hc
+	}
+	return context.WithValue(ctx, hedgingKey{}, h)
+}
+
+// latency is a streaming estimate of an upstream's first attempts'
+// latencies: weights in buckets spaced 16 to a doubling (4.4% wide) from
+// 1 µs to over an hour, halved every latencyWindow samples so that it
+// follows the upstream's recent behaviour. Recording is two atomic
+// additions; a quantile reads the 512 counts.
+type latency struct {
+	n      atomic.Int64
+	counts [latencyBuckets]atomic.Uint32
+	halve  sync.Mutex
+	late   atomic.Int64 // how late the hedge timers fire, smoothed (ns)
+
+	// The share of rounds hedged, against the target: rounds and hedged
+	// count this window; adj (millionths) corrects the quantile, so that
+	// what the estimate cannot see — hedges' own load on the upstream, how
+	// the answers cluster within a bucket — does not move the extra load.
+	rounds, hedged atomic.Int64
+	target, adj    atomic.Int64 // millionths
+}
+
+// round counts a round of a call with hedging of extraLoad, and whether
+// it sent a hedge.
+func (l *latency) round(extraLoad float64, hedge bool) {
+	l.target.Store(int64(extraLoad * 1e6))
+	l.rounds.Add(1)
+	if hedge {
+		l.hedged.Add(1)
+	}
+}
+
+// correct moves the quantile's correction by half the distance between the
+// share of rounds hedged this window and the target, at most the target
+// either way; l.halve is held.
+func (l *latency) correct() {
+	rounds, hedged := l.rounds.Swap(0), l.hedged.Swap(0)
+	if rounds < latencyWindow/4 {
+		return
+	}
+	target := l.target.Load()
+	off := hedged*1_000_000/rounds - target
+	l.adj.Store(min(max(l.adj.Load()+off/2, -target*4/5), target*4/5))
+}
+
+// timerLate records how late a hedge timer for delay fired (counted at most
+// half the delay, which is the most it is ever armed early).
+func (l *latency) timerLate(d, delay time.Duration) {
+	d = min(max(d, 0), delay/2)
+	old := l.late.Load()
+	l.late.Store(old + (int64(d)-old)/8)
+}
+
+// early returns how much earlier than the delay a hedge timer must be armed
+// to fire at the delay: timers fire late on a busy machine, and a hedge sent
+// late is a hedge not sent for the attempts that answer meanwhile.
+func (l *latency) early() time.Duration { return time.Duration(max(l.late.Load(), 0)) }
+
+const (
+	latencyPerDoubling = 16
+	latencyBuckets     = 32 * latencyPerDoubling
+	latencyWindow      = 500
+	latencyMinSamples  = 64
+	latencyOne         = 256 // a sample's weight: counts are kept in 1/256ths, so that halving keeps a sparse tail
+)
+
+func latencyBucket(d time.Duration) int {
+	us := float64(d) / float64(time.Microsecond)
+	if us <= 1 {
+		return 0
+	}
+	return min(int(math.Log2(us)*latencyPerDoubling), latencyBuckets-1)
+}
+
+// record adds one answer's latency (or, for an attempt cancelled because
+// another answered first, how long it had run: all that is known is that
+// its answer would have come later).
+func (l *latency) record(d time.Duration) {
+	l.counts[latencyBucket(d)].Add(latencyOne)
+	if l.n.Add(1) >= latencyWindow && l.halve.TryLock() {
+		for i := range l.counts {
+			c := &l.counts[i]
+			for v := c.Load(); !c.CompareAndSwap(v, v/2); v = c.Load() {
+			}
+		}
+		l.n.Store(0)
+		l.correct()
+		l.halve.Unlock()
+	}
+}
+
+// quantile returns the latency below which a share q of the recorded ones
+// lie (interpolated within its bucket), and false while there are too few.
+func (l *latency) quantile(q float64) (time.Duration, bool) {
+	q = min(q+float64(l.adj.Load())/1e6, 0.999)
+	var counts [latencyBuckets]uint32
+	var total uint64
+	for i := range l.counts {
+		counts[i] = l.counts[i].Load()
+		total += uint64(counts[i])
+	}
+	if total < latencyMinSamples*latencyOne {
+		return 0, false
+	}
+	target := q * float64(total)
+	var sum float64
+	for i, c := range counts {
+		if c == 0 || sum+float64(c) < target {
+			sum += float64(c)
+			continue
+		}
+		// Within the bucket, as if its latencies were spread evenly.
+		lo, hi := math.Exp2(float64(i)/latencyPerDoubling), math.Exp2(float64(i+1)/latencyPerDoubling)
+		if i == 0 {
+			lo = 0
+		}
+		us := lo + (hi-lo)*(target-sum)/float64(c)
+		return time.Duration(us * float64(time.Microsecond)), true
+	}
+	return time.Duration(math.Exp2(latencyBuckets/latencyPerDoubling) * float64(time.Microsecond)), true
+}
+
+// latencyOf returns the latency estimate of the upstream named key.
+func (t *Transport) latencyOf(key string) *latency {
+	if l, ok := t.latencies.Load(key); ok {
+		return l.(*latency)
+	}
+	actual, _ := t.latencies.LoadOrStore(key, &latency{})
+	return actual.(*latency)
+}

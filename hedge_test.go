@@ -1,0 +1,345 @@
+package outbound_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/testkit"
+	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outcome"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// hedgeAfter is a fixed hedging delay far below the faults' slowness.
+var hedgeAfter = &outbound.Hedging{Delay: 20 * time.Millisecond}
+
+func hedgingTransport(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Transport {
+	t.Helper()
+	cfg.Transport = s.Transport()
+	if cfg.Hedging == nil {
+		cfg.Hedging = hedgeAfter
+	}
+	tr, err := outbound.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func hedgedDo(t *testing.T, tr *outbound.Transport, req *http.Request) (*http.Response, *outcome.Outcome, error) {
+	t.Helper()
+	resp, out, err := tr.Do(req)
+	if resp != nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, out, err
+}
+
+func hedges(out *outcome.Outcome) (sent, lost int) {
+	for _, a := range out.Attempts {
+		if a.Hedge {
+			sent++
+		}
+		if a.Lost {
+			lost++
+		}
+	}
+	return sent, lost
+}
+
+// A POST without an Idempotency-Key, a POST with a one-shot body, and a
+// keyed POST without Hedging.Keyed are never hedged, whatever the upstream
+// does: it executes each exactly once, however slow or broken its answer.
+func TestCallsThatCannotBeRetriedSafelyAreNeverHedged(t *testing.T) {
+	faults := map[string]outboundtest.Fault{
+		"slow answer":      outboundtest.Slow(300*time.Millisecond, 200),
+		"slow 503":         outboundtest.Slow(300*time.Millisecond, 503),
+		"reset after read": outboundtest.ResetAfterRead(),
+		"hang":             outboundtest.Hang(),
+		"truncated body":   outboundtest.TruncatedBody(100, 10),
+	}
+	for _, p := range testkit.Protos {
+		s := testkit.NewServer(t, p)
+		tr := hedgingTransport(t, s, outbound.Config{MaxAttempts: 1})
+		for name, f := range faults {
+			for _, kind := range []string{"POST without a key", "POST one-shot with a key", "keyed POST without the opt-in"} {
+				id := fmt.Sprintf("%v/%s/%s", p, name, kind)
+				body := testkit.Replayable
+				if kind == "POST one-shot with a key" {
+					body = testkit.OneShot
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				req := testkit.NewRequest(t, ctx, s, body, id)
+				if kind != "POST without a key" {
+					req.Header.Set("Idempotency-Key", `"`+id+`"`)
+				}
+				s.Enqueue(f)
+				_, out, _ := hedgedDo(t, tr, req)
+				cancel()
+				if sent, _ := hedges(out); sent != 0 {
+					t.Errorf("%s: %d hedges", id, sent)
+				}
+				if n := s.Received(id); n != 1 {
+					t.Errorf("%s: the upstream received it %d times, want 1", id, n)
+				}
+			}
+		}
+	}
+}
+
+// A keyed POST is hedged when Hedging.Keyed says so, and a GET always.
+func TestAKeyedPostIsHedgedWithTheOptInAndAGetAlways(t *testing.T) {
+	for _, p := range testkit.Protos {
+		s := testkit.NewServer(t, p)
+		tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: 20 * time.Millisecond, Keyed: true}})
+		for _, kind := range []testkit.BodyKind{testkit.NoBody, testkit.Replayable} {
+			id := fmt.Sprintf("%v/%v", p, kind)
+			req := testkit.NewRequest(t, context.Background(), s, kind, id)
+			if kind == testkit.Replayable {
+				req.Header.Set("Idempotency-Key", `"`+id+`"`)
+			}
+			s.Enqueue(outboundtest.Slow(time.Second, 200))
+			resp, out, err := hedgedDo(t, tr, req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%s: %v %v", id, resp, err)
+			}
+			if sent, lost := hedges(out); sent != 1 || lost != 1 {
+				t.Fatalf("%s: %d hedges sent, %d attempts lost, want 1 and 1: %+v", id, sent, lost, out.Attempts)
+			}
+		}
+	}
+}
+
+// The hedge of a slow GET answers first: the first attempt is cancelled,
+// its bulkhead slot and rate token... its permits come back, and the breaker
+// records only the winner.
+func TestAHedgedGetsLoserIsCancelledItsPermitReturnedAndNotRecordedByTheBreaker(t *testing.T) {
+	for _, p := range testkit.Protos {
+		s := testkit.NewServer(t, p)
+		var ev testkit.Events
+		tr := hedgingTransport(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.On,
+			Bulkhead: bulkhead.Config{MaxConcurrent: 4}}})
+		s.Enqueue(outboundtest.Slow(5*time.Second, 200))
+		start := time.Now()
+		resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, p.String()))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v: %v %v", p, resp, err)
+		}
+		if time.Since(start) > 4*time.Second {
+			t.Fatalf("%v: the call waited for the slow attempt", p)
+		}
+		if len(out.Attempts) != 2 || !out.Attempts[0].Lost || out.Attempts[0].Hedge || out.Attempts[0].Decision != retry.Superseded ||
+			!out.Attempts[1].Hedge || out.Attempts[1].Lost || out.Attempts[1].Category != classify.Answered || out.Commit != outcome.Committed {
+			t.Fatalf("%v: outcome %+v", p, out)
+		}
+		st, _ := tr.Upstream(tr.UpstreamKey(testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "x")))
+		if st.InFlight != 0 {
+			t.Fatalf("%v: %d bulkhead slots still held", p, st.InFlight)
+		}
+		if m := st.Breaker; m.Calls != 1 || m.Failed != 0 {
+			t.Fatalf("%v: breaker %+v, want the winner only", p, m)
+		}
+		if n := ev.Count("circuit-release"); n != 1 {
+			t.Fatalf("%v: %d circuit permissions released without an outcome, want 1 (the loser)", p, n)
+		}
+	}
+}
+
+// A hedge the bulkhead refuses is not sent: the upstream receives the first
+// attempt only, the rate token of the hedge comes back, and the outcome
+// shows the hedge as a local rejection.
+func TestAHedgeTheBulkheadRejectsIsNotSentAndRefundsItsToken(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	tr := hedgingTransport(t, s, outbound.Config{Admission: admission.Config{
+		Rate:     ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 10},
+		Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
+	s.Enqueue(outboundtest.Slow(200*time.Millisecond, 200))
+	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "one"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if n := s.Received("one"); n != 1 {
+		t.Fatalf("the upstream received %d, want 1", n)
+	}
+	if len(out.Attempts) != 2 || !out.Attempts[0].Hedge || out.Attempts[0].Category != classify.LocalRejection ||
+		out.Attempts[0].Guard != admission.Bulkhead {
+		t.Fatalf("outcome %+v, want the hedge rejected by the bulkhead, then the answer", out.Attempts)
+	}
+	st, _ := tr.Upstream(tr.UpstreamKey(testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "x")))
+	if st.RateTokens != 9 {
+		t.Fatalf("rate tokens %d, want 9: the refused hedge kept its token", st.RateTokens)
+	}
+}
+
+// With the budget at half or below, no hedge is sent, and the attempt in
+// flight runs to its answer: an exhausted budget never cancels one.
+func TestAnExhaustedBudgetSendsNoHedgeAndNeverCancelsAnAttemptInFlight(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.HTTP1)
+	tr := hedgingTransport(t, s, outbound.Config{MaxAttempts: 1, Budget: retry.BudgetConfig{MaxTokens: 4, TokenRatio: 0.1},
+		Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.Disabled}}})
+	for i := range 3 { // failures drain the budget to 1 of 4
+		s.Enqueue(outboundtest.Respond(503))
+		hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint("drain", i)))
+	}
+	s.Enqueue(outboundtest.Slow(200*time.Millisecond, 200))
+	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "slow"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if sent, lost := hedges(out); sent != 0 || lost != 0 || len(out.Attempts) != 1 {
+		t.Fatalf("%d hedges, %d lost, attempts %+v: want the one attempt, answered", sent, lost, out.Attempts)
+	}
+}
+
+// Against an upstream where every answer is slow, every call would be
+// hedged; the budget caps the extra attempts at its TokenRatio of the
+// successes (plus half its tokens to start with): amplification at most
+// 1 + the ratio.
+func TestASaturatedUpstreamSeesAmplificationAtMostOnePlusTheBudgetRatio(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	s.SetDefault(outboundtest.Slow(30*time.Millisecond, 200))
+	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: time.Millisecond},
+		Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.Disabled}}})
+	const calls = 200
+	results := make(chan *outcome.Outcome, calls)
+	for i := range calls {
+		go func() {
+			_, out, _ := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i)))
+			results <- out
+		}()
+	}
+	attempts := 0
+	for range calls {
+		attempts += len((<-results).Attempts)
+	}
+	// The default budget: 10 tokens, hedges while above 5, 0.1 per success.
+	if limit := calls*(1+0.1) + 5 + 1; float64(attempts) > limit {
+		t.Fatalf("%d attempts for %d calls, want at most %.0f", attempts, calls, limit)
+	}
+	if attempts == calls {
+		t.Fatal("no hedge at all: the test does not exercise the budget")
+	}
+}
+
+// Regression: the context of a hedged round's deciding attempt was ended
+// when the call returned, not when its body was: the body of the answer was
+// cut short (and its HTTP/1.1 connection closed under it).
+func TestAHedgedCallsAnswerIsReadToTheEnd(t *testing.T) {
+	big := strings.Repeat("x", 4<<20)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < len(big); i += 64 << 10 {
+			io.WriteString(w, big[i:i+64<<10])
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	tr, err := outbound.New(outbound.Config{Hedging: &outbound.Hedging{Delay: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for i := range 3 {
+		req, _ := http.NewRequest(http.MethodGet, up.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || len(body) != len(big) {
+			t.Fatalf("call %d: read %d of %d bytes: %v", i, len(body), len(big), err)
+		}
+	}
+}
+
+// WithHedging sets hedging per call, over the Transport's: on for a call of
+// a Transport without it, off (nil) for one of a Transport with it.
+func TestWithHedgingOverridesTheTransportsHedgingPerCall(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	for _, tc := range []struct {
+		name      string
+		transport *outbound.Hedging
+		call      *outbound.Hedging
+		want      int
+	}{
+		{"on for one call", nil, &outbound.Hedging{Delay: 20 * time.Millisecond}, 1},
+		{"off for one call", &outbound.Hedging{Delay: 20 * time.Millisecond}, nil, 0},
+	} {
+		cfg := outbound.Config{Transport: s.Transport(), Hedging: tc.transport}
+		tr, err := outbound.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		s.Enqueue(outboundtest.Slow(300*time.Millisecond, 200))
+		ctx := outbound.WithHedging(context.Background(), tc.call)
+		_, out, err := hedgedDo(t, tr, testkit.NewRequest(t, ctx, s, testkit.NoBody, tc.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent, _ := hedges(out); sent != tc.want {
+			t.Errorf("%s: %d hedges, want %d", tc.name, sent, tc.want)
+		}
+	}
+}
+
+func TestInvalidHedgingIsRefusedNamingTheField(t *testing.T) {
+	for field, h := range map[string]*outbound.Hedging{
+		"Config.Hedging.Delay":     {Delay: -1},
+		"Config.Hedging.ExtraLoad": {ExtraLoad: 0.9},
+		"Config.Hedging.MaxHedges": {MaxHedges: 11},
+	} {
+		_, err := outbound.New(outbound.Config{Hedging: h})
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("err = %v, want one naming %s", err, field)
+		}
+	}
+}
+
+// Regression: a round in which no answer was final ended with the result
+// that came last in the list, so a hedge the bulkhead refused at once stood
+// in for a first attempt that had timed out on the wire: the call ended
+// "rejected locally" where, without hedging, it would have been retried.
+func TestARefusedHedgeDoesNotHideTheFirstAttemptsFailure(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.HTTP1)
+	tr := hedgingTransport(t, s, outbound.Config{AttemptTimeout: 200 * time.Millisecond, Backoff: retry.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
+	s.Enqueue(outboundtest.Hang())
+	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "hang-then-ok"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("err %v, outcome %+v: the timed-out first attempt should have been retried", err, out)
+	}
+}
+
+// Regression: a hedge that a local guard refused kept the budget token it
+// took, so hedges refused by a small bulkhead drained the budget of a
+// healthy upstream until no retry was allowed.
+func TestAHedgeRefusedLocallyCostsNoBudget(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: 5 * time.Millisecond},
+		Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
+	for i := range 6 {
+		s.Enqueue(outboundtest.Slow(30*time.Millisecond, 200))
+		if _, _, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := tr.Upstream(tr.UpstreamKey(testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "x")))
+	if st.BudgetTokens < 10 {
+		t.Fatalf("budget %.1f of 10 after six successful calls whose hedges the bulkhead refused", st.BudgetTokens)
+	}
+}
