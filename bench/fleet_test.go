@@ -57,7 +57,7 @@ func BenchmarkFleet(b *testing.B) {
 	limit := redis_rate.Limit{Rate: fleetRate, Burst: fleetRate, Period: time.Second}
 	ours := func(lease int) func(context.Context) error {
 		l, err := outboundredis.New(outboundredis.Config{Client: rc, PerSecond: fleetRate, Burst: fleetRate,
-			Prefix: "bench" + strconv.Itoa(lease) + ":", Lease: outboundredis.Lease{Max: lease},
+			Prefix: "bench" + strconv.Itoa(lease) + ":", Lease: outboundredis.Lease{Max: lease}, Timeout: time.Second,
 			Degraded: outboundredis.Degraded{Reject: true}})
 		if err != nil {
 			b.Fatal(err)
