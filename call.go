@@ -165,8 +165,10 @@ func (c *call) run() (*http.Response, error) {
 		var a outcome.Attempt
 		if delay, ok := c.hedgeDelay(n); ok {
 			hedgesBefore := c.hedgesSent
-			l := c.hedged(&flight{ai: ai, actx: actx, cancel: acancel}, body, notBefore, delay, &physical, c.maxAttempts-n)
-			n += c.hedgesSent - hedgesBefore // hedges are attempts: MaxAttempts bounds them too
+			l := c.hedged(&flight{ai: ai, actx: actx, cancel: acancel}, body, notBefore, delay, physical, c.maxAttempts-n)
+			sent := c.hedgesSent - hedgesBefore
+			n += sent // hedges are attempts: MaxAttempts bounds them too
+			physical += sent
 			c.hedgedCtx = true
 			resp, err, a, actx, acancel, ai = l.resp, l.err, l.a, l.f.actx, l.f.cancel, l.f.ai
 		} else {
@@ -607,7 +609,7 @@ type round struct {
 	first     *flight
 	notBefore time.Time
 	delay     time.Duration
-	physical  *int
+	physical  int          // the number of the round's latest attempt
 	ch        chan landing // the hedges' landings
 
 	mu      sync.Mutex
@@ -631,7 +633,7 @@ func (c *call) final(l landing) bool { return l.err == nil && !c.t.retryable(l.r
 // outcome: those that did not decide the round come before the one that
 // did. A round in which the first attempt answers before the delay costs a
 // timer more than an attempt without hedging.
-func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, delay time.Duration, physical *int, left int) landing {
+func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, delay time.Duration, physical, left int) landing {
 	left = min(left, c.hedgesLeft)
 	r := &round{c: c, first: first, notBefore: notBefore, delay: delay, physical: physical, left: left,
 		ch: make(chan landing, left)}
@@ -770,7 +772,7 @@ func (r *round) tick() {
 		r.mu.Unlock()
 		return
 	}
-	ai := AttemptInfo{CallInfo: c.info, Attempt: *r.physical + 1}
+	ai := AttemptInfo{CallInfo: c.info, Attempt: r.physical + 1}
 	r.mu.Unlock()
 	f, body, ok := c.newHedge(ai)
 	r.mu.Lock()
@@ -788,7 +790,7 @@ func (r *round) tick() {
 	r.left--
 	c.hedgesLeft--
 	c.hedgesSent++
-	*r.physical++
+	r.physical++
 	actx, cancel := context.WithCancel(f.actx)
 	f.actx, f.cancel = actx, composeCancel(cancel, f.cancel)
 	f.start = clock.Now()
