@@ -98,7 +98,10 @@ func sortNames(names []string) []string {
 	}
 	mode := func(n string) string { // group the modes: sequential, then parallel
 		parts := strings.Split(n, "/")
-		if len(parts) == 3 {
+		switch {
+		case len(parts) == 3 && parts[0] == "Hedging": // Hedging/<protocol>/<client>
+			return parts[1]
+		case len(parts) == 3:
 			return parts[2]
 		}
 		return ""
