@@ -761,8 +761,9 @@ func TestOneShotRequestsAvoidAConnectionAboutToReachItsStreamLimit(t *testing.T)
 			lostOutbound := run(viaOutbound, "ob-", true)
 			lostNetHTTP := run(viaNetHTTP, "bare-", true)
 			t.Logf("one-shot calls lost of 160: outbound %d, net/http %d", lostOutbound, lostNetHTTP)
-			if lostOutbound > 3 || lostOutbound*10 > lostNetHTTP { // seen: 0 or 1, and net/http 50 or more
-
+			// Seen: 0 to 4, and net/http 50 to 70. Without the avoidance
+			// outbound loses about as many as net/http.
+			if lostOutbound > 10 || lostOutbound*5 > lostNetHTTP {
 				t.Fatalf("one-shot calls lost of 160: outbound %d, net/http %d", lostOutbound, lostNetHTTP)
 			}
 		})
