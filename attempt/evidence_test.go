@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
@@ -113,6 +114,40 @@ func TestConnNotUsableTextOfThisGoVersion(t *testing.T) {
 	if classify.HTTP2Evidence(err) != classify.EvidenceConnShuttingDown || s.Received("after") != 0 {
 		t.Fatalf("the reserved request after the GOAWAY: evidence %v from %q, received %d",
 			classify.HTTP2Evidence(err), rootText(err), s.Received("after"))
+	}
+}
+
+// TestConnNotEstablishedTextOfThisGoVersion pins the error of the first
+// request on a new HTTP/2 connection that the server closed before the
+// request could open a stream (seen behind nginx under load): the upstream
+// never sees it, though the handshakes wrote bytes.
+func TestConnNotEstablishedTextOfThisGoVersion(t *testing.T) {
+	s := newServer(t, outboundtest.H2C)
+	s.EnqueueConn(outboundtest.CloseOnAccept())
+	cc, err := s.Transport().NewClientConn(context.Background(), "http", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Skipf("the connection failed before it was made, not the case pinned here: %v", err)
+	}
+	defer cc.Close()
+	dead := make(chan struct{})
+	var once sync.Once
+	cc.SetStateHook(func(cc *http.ClientConn) {
+		if cc.Err() != nil {
+			once.Do(func() { close(dead) })
+		}
+	})
+	select {
+	case <-dead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the closed connection was never noticed")
+	}
+	_, err = cc.RoundTrip(newRequest(t, context.Background(), s, noBody, "first"))
+	if classify.HTTP2Evidence(err) != classify.EvidenceConnNotEstablished || s.Received("first") != 0 {
+		t.Fatalf("the first request of a connection closed at once: evidence %v from %q, received %d",
+			classify.HTTP2Evidence(err), rootText(err), s.Received("first"))
+	}
+	if cat, _ := classify.Failure(classify.Facts{Stage: classify.StageAwait, Written: 120, Err: err}); cat != classify.NotSent {
+		t.Fatalf("classified %v, want NotSent", cat)
 	}
 }
 

@@ -98,6 +98,7 @@ const (
 	EvidenceIdleConnClosed                           // HTTP/1: the server closed a reused connection before any byte of the response
 	EvidenceTLSRefused                               // the TLS handshake failed for good: certificate or protocol refused
 	EvidenceConnLimit                                // no connection: the attempt gave up waiting for one (Transport.MaxConnsPerHost)
+	EvidenceConnNotEstablished                       // HTTP/2: no stream was opened: the new connection closed before its first request
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
@@ -109,7 +110,8 @@ var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoCon
 	EvidenceGoAwayAboveWithError: "stream above the last-stream-id of a GOAWAY with an error code",
 	EvidenceIdleConnClosed:       "reused connection closed before any response byte",
 	EvidenceTLSRefused:           "TLS handshake refused (certificate or protocol)",
-	EvidenceConnLimit:            "no connection free (MaxConnsPerHost)"}
+	EvidenceConnLimit:            "no connection free (MaxConnsPerHost)",
+	EvidenceConnNotEstablished:   "no stream opened: the new connection closed before its first request"}
 
 func (e Evidence) String() string {
 	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {
@@ -202,7 +204,8 @@ func Failure(f Facts) (Category, Evidence) {
 	}
 	h2 := HTTP2Evidence(f.Err)
 	switch {
-	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove || h2 == EvidenceGoAwayAboveWithError || h2 == EvidenceConnShuttingDown:
+	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove || h2 == EvidenceGoAwayAboveWithError ||
+		h2 == EvidenceConnShuttingDown || h2 == EvidenceConnNotEstablished:
 		return NotSent, h2
 	case f.Written == 0 && f.Cancelled:
 		return Ambiguous, EvidenceCancelledInFlight
@@ -224,13 +227,14 @@ func Failure(f Facts) (Category, Evidence) {
 // last-stream-id of a graceful GOAWAY, no stream opened on a connection that
 // was shutting down, or a reused connection that the server closed before
 // any byte of the response (the keep-alive race: it closed an idle
-// connection as the request arrived) — with nothing written, or with a
+// connection as the request arrived), a new HTTP/2 connection that closed
+// before its first request — with nothing written, or with a
 // request that may have arrived. Such a failure is not an upstream failure,
 // and a retry of it may be transparent (it costs no retry budget and no
 // attempt), as long as the retry rules allow it at all.
 func Lifecycle(f Facts, ev Evidence) bool {
 	switch ev {
-	case EvidenceGoAwayAbove, EvidenceConnShuttingDown, EvidenceIdleConnClosed:
+	case EvidenceGoAwayAbove, EvidenceConnShuttingDown, EvidenceConnNotEstablished, EvidenceIdleConnClosed:
 		return true
 	case EvidenceNothingWritten:
 		return f.Reused

@@ -42,6 +42,7 @@ func TestFailureClassification(t *testing.T) {
 		{"GOAWAY above", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: above}, classify.NotSent, classify.EvidenceGoAwayAbove},
 		{"GOAWAY above, first stream, error code", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: aboveFirst}, classify.NotSent, classify.EvidenceGoAwayAboveWithError},
 		{"connection shutting down, no stream opened", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("http2: client conn not usable"), Reused: true}, classify.NotSent, classify.EvidenceConnShuttingDown},
+		{"new connection closed before its first stream", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("http2: client conn could not be established")}, classify.NotSent, classify.EvidenceConnNotEstablished},
 		{"cancelled with nothing written yet", classify.Facts{Stage: classify.StageWriteHeaders, Written: 0, Err: context.Canceled, Cancelled: true}, classify.Ambiguous, classify.EvidenceCancelledInFlight},
 		{"cancelled after REFUSED_STREAM", classify.Facts{Stage: classify.StageAwait, Written: 0, Err: refused, Cancelled: true}, classify.NotSent, classify.EvidenceRefusedStream},
 		{"GOAWAY text inside another message", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("x: " + above.Error())}, classify.Ambiguous, classify.EvidenceBytesWritten},

@@ -54,6 +54,8 @@ func HTTP2Evidence(err error) Evidence {
 			return EvidenceGoAwayAboveWithError
 		case msg == connNotUsableText:
 			return EvidenceConnShuttingDown
+		case msg == connNotEstablishedText:
+			return EvidenceConnNotEstablished
 		}
 	}
 	return 0
@@ -70,6 +72,12 @@ const (
 	goAwayGracefulText = "http2: Transport received Server's graceful shutdown GOAWAY"
 	goAwayErrCodeText  = "http2: Transport received GOAWAY from server ErrCode:"
 	connNotUsableText  = "http2: client conn not usable"
+
+	// connNotEstablishedText is the error of the first request of a new
+	// connection that closed before the request could open a stream (the
+	// TLS and HTTP/2 handshakes count as bytes written: without this text
+	// the attempt would look Ambiguous).
+	connNotEstablishedText = "http2: client conn could not be established"
 )
 
 // bundledGoAway recognises net/http's unexported http2GoAwayError anywhere
