@@ -10,6 +10,7 @@
 package outboundredis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -208,13 +209,13 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{
 		client:  cfg.Client,
-		prefix:  cmpOr(cfg.Prefix, "outbound:rate:"),
+		prefix:  cmp.Or(cfg.Prefix, "outbound:rate:"),
 		emit:    1e6 / cfg.PerSecond,
-		timeout: cmpOr(cfg.Timeout, 50*time.Millisecond),
+		timeout: cmp.Or(cfg.Timeout, 50*time.Millisecond),
 		lease:   max(1, cfg.Lease.Max),
-		hold:    cmpOr(cfg.Lease.Hold, 100*time.Millisecond),
+		hold:    cmp.Or(cfg.Lease.Hold, 100*time.Millisecond),
 		reject:  cfg.Degraded.Reject,
-		retry:   cmpOr(cfg.Degraded.RetryEvery, 500*time.Millisecond),
+		retry:   cmp.Or(cfg.Degraded.RetryEvery, 500*time.Millisecond),
 		onEvent: cfg.OnEvent,
 		buckets: map[string]*bucket{},
 	}
@@ -225,14 +226,6 @@ func New(cfg Config) (*Limiter, error) {
 			Burst: max(1, int(float64(burst)*cfg.Degraded.Share))}
 	}
 	return l, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // For returns the fleet's rate guard of upstream: give the method itself to

@@ -230,11 +230,7 @@ func TestARedisDownOrSlowDegradesWithinTheTimeoutAndComesBack(t *testing.T) {
 					return
 				default:
 				}
-				start := time.Now()
-				err := g.Take(context.Background())
-				d := int64(time.Since(start))
-				for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
-				}
+				err := timedTake(g, &slowest)
 				if err != nil && !errors.Is(err, ratelimit.ErrLimited) {
 					errs.Add(1)
 				}
@@ -444,11 +440,7 @@ func TestAnAdmissionWaitsForRedisAtMostTheTimeoutInAll(t *testing.T) {
 	var slowest atomic.Int64
 	for range 20 { // a cold start: the first batch is of one token
 		wg.Go(func() {
-			start := time.Now()
-			g.Take(context.Background())
-			d := int64(time.Since(start))
-			for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
-			}
+			timedTake(g, &slowest)
 		})
 	}
 	wg.Wait()
@@ -456,4 +448,15 @@ func TestAnAdmissionWaitsForRedisAtMostTheTimeoutInAll(t *testing.T) {
 	if d := time.Duration(slowest.Load()); d > timeout*3/2 {
 		t.Fatalf("an admission waited %v for Redis, with a Timeout of %v", d, timeout)
 	}
+}
+
+// timedTake takes from g, raising slowest (nanoseconds) to how long it took
+// if that is longer.
+func timedTake(g admission.RateGuard, slowest *atomic.Int64) error {
+	start := time.Now()
+	err := g.Take(context.Background())
+	d := int64(time.Since(start))
+	for s := slowest.Load(); d > s && !slowest.CompareAndSwap(s, d); s = slowest.Load() {
+	}
+	return err
 }

@@ -1,6 +1,7 @@
 package outboundredis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -92,8 +93,8 @@ func NewSignal(cfg SignalConfig) (*Signal, error) {
 	if strings.ContainsAny(cfg.Replica, "\t\n") {
 		return nil, errors.New("outboundredis: SignalConfig.Replica cannot hold a tab or a newline")
 	}
-	s := &Signal{client: cfg.Client, channel: cmpOr(cfg.Channel, "outbound:breaker"), replica: cfg.Replica,
-		timeout: cmpOr(cfg.Timeout, time.Second), onRecv: cfg.OnReceive, out: make(chan string, 64),
+	s := &Signal{client: cfg.Client, channel: cmp.Or(cfg.Channel, "outbound:breaker"), replica: cfg.Replica,
+		timeout: cmp.Or(cfg.Timeout, time.Second), onRecv: cfg.OnReceive, out: make(chan string, 64),
 		done: make(chan struct{})}
 	if s.replica == "" {
 		host, _ := os.Hostname()
