@@ -53,7 +53,6 @@ type call struct {
 	hedging    *Hedging // nil: no hedging
 	hedgedCtx  bool     // the last attempt's context is its own (a hedged round's): it ends with the body
 	hedgeable  bool     // the call may be hedged (see Hedging)
-	hedgesLeft int
 	hedgesSent int
 	lat        *latency // the upstream's latencies, for adaptive hedging
 }
@@ -79,8 +78,9 @@ func newCall(t *Transport, req *http.Request) *call {
 			}
 		}
 	}
-	if n, ok := c.ctx.Value(maxAttemptsKey{}).(int); ok {
-		c.maxAttempts = n
+	opts := optionsOf(c.ctx)
+	if opts.maxAttempts > 0 {
+		c.maxAttempts = opts.maxAttempts
 	}
 	if f := t.hooks.CallStart; f != nil {
 		c.ctx = safeCtx(f, c.ctx, c.info)
@@ -109,15 +109,14 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.hasKey = true
 	}
 	c.hedging = t.hedging
-	if h, ok := c.ctx.Value(hedgingKey{}).(*Hedging); ok {
-		c.hedging = h
-		if h != nil && h.validate() != nil {
+	if opts.setHedging {
+		c.hedging = opts.hedging
+		if c.hedging.validate() != nil {
 			c.hedging = nil // out of range: WithHedging cannot return an error
 		}
 	}
 	if h := c.hedging; h != nil && c.route != nil {
 		c.hedgeable = c.replayable && (c.idempotent || h.Keyed && c.hasKey)
-		c.hedgesLeft = h.maxHedges()
 		if h.Delay == 0 && c.hedgeable {
 			c.lat = t.latencyOf(key)
 		}
@@ -563,7 +562,7 @@ func (b *finalBody) release() {
 // hedgeDelay returns how long attempt n runs before a hedge is sent beside
 // it, and false for no hedge.
 func (c *call) hedgeDelay(n int) (time.Duration, bool) {
-	if !c.hedgeable || c.hedgesLeft == 0 || n >= c.maxAttempts {
+	if !c.hedgeable || c.hedgesLeft() == 0 || n >= c.maxAttempts {
 		return 0, false
 	}
 	if d := c.hedging.Delay; d > 0 {
@@ -571,6 +570,9 @@ func (c *call) hedgeDelay(n int) (time.Duration, bool) {
 	}
 	return c.lat.quantile(c.hedging.quantile())
 }
+
+// hedgesLeft returns how many more hedges the call may send.
+func (c *call) hedgesLeft() int { return c.hedging.maxHedges() - c.hedgesSent }
 
 // observe records the latency of an answered attempt, the first of its
 // round, for adaptive hedging: the estimate is of how long first attempts
@@ -634,18 +636,14 @@ func (c *call) final(l landing) bool { return l.err == nil && !c.t.retryable(l.r
 // did. A round in which the first attempt answers before the delay costs a
 // timer more than an attempt without hedging.
 func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, delay time.Duration, physical, left int) landing {
-	left = min(left, c.hedgesLeft)
+	left = min(left, c.hedgesLeft())
 	r := &round{c: c, first: first, notBefore: notBefore, delay: delay, physical: physical, left: left,
 		ch: make(chan landing, left)}
-	actx, cancel := context.WithCancel(first.actx)
-	first.actx, first.cancel = actx, composeCancel(cancel, first.cancel)
-	first.start = clock.Now()
+	first.takeOff()
 	r.mu.Lock()
 	r.arm(delay)
 	r.mu.Unlock()
-	resp, err := c.t.attempts.AttemptOn(first.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: notBefore})
-	now := clock.Now()
-	l0 := landing{f: first, resp: resp, err: err, a: record(resp, err, time.Duration(now-first.start)), at: now}
+	l0 := r.fly(first, body)
 	r.mu.Lock()
 	first.landed = true
 	if !first.lost { // a lost one was recorded when it was cancelled
@@ -788,18 +786,12 @@ func (r *round) tick() {
 		return
 	}
 	r.left--
-	c.hedgesLeft--
 	c.hedgesSent++
 	r.physical++
-	actx, cancel := context.WithCancel(f.actx)
-	f.actx, f.cancel = actx, composeCancel(cancel, f.cancel)
-	f.start = clock.Now()
+	f.takeOff()
 	r.hedges = append(r.hedges, f)
 	go func() {
-		resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req,
-			attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore})
-		now := clock.Now()
-		l := landing{f: f, resp: resp, err: err, a: record(resp, err, time.Duration(now-f.start)), at: now}
+		l := r.fly(f, body)
 		if l.a.Category == classify.LocalRejection {
 			c.budget.GiveBack() // it never left: it costs nothing, as a refused retry does not
 		}
@@ -814,6 +806,22 @@ func (r *round) tick() {
 	if r.left > 0 {
 		r.arm(r.delay)
 	}
+}
+
+// takeOff gives f a context of its own, which the round cancels if another
+// attempt decides it, and starts its clock.
+func (f *flight) takeOff() {
+	actx, cancel := context.WithCancel(f.actx)
+	f.actx, f.cancel = actx, composeCancel(cancel, f.cancel)
+	f.start = clock.Now()
+}
+
+// fly makes f's attempt and describes how it landed.
+func (r *round) fly(f *flight, body io.ReadCloser) landing {
+	c := r.c
+	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore})
+	now := clock.Now()
+	return landing{f: f, resp: resp, err: err, a: record(resp, err, time.Duration(now-f.start)), at: now}
 }
 
 // newHedge makes a hedge's context (the AttemptStart hook, the attempt

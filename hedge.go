@@ -1,7 +1,6 @@
 package outbound
 
 import (
-	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -90,17 +89,14 @@ func (h *Hedging) extraLoad() float64 {
 
 func (h *Hedging) quantile() float64 { return 1 - h.extraLoad() }
 
-type hedgingKey struct{}
-
-// WithHedging returns a copy of ctx under which a call is hedged as h says,
-// whatever Config.Hedging says; a nil h turns hedging off for the calls made
-// with it.
-func WithHedging(ctx context.Context, h *Hedging) context.Context {
-	if h != nil {
-		hc := *h // a copy: the caller's may change
-		h = &hc
+// clone returns a copy of h (nil for nil), so that a caller's later change
+// to it races with no call.
+func (h *Hedging) clone() *Hedging {
+	if h == nil {
+		return nil
 	}
-	return context.WithValue(ctx, hedgingKey{}, h)
+	hc := *h
+	return &hc
 }
 
 // latency is a streaming estimate of an upstream's first attempts'

@@ -343,3 +343,29 @@ func TestAHedgeRefusedLocallyCostsNoBudget(t *testing.T) {
 		t.Fatalf("budget %.1f of 10 after six successful calls whose hedges the bulkhead refused", st.BudgetTokens)
 	}
 }
+
+// The per-call options compose in either order: WithMaxAttempts(1) over or
+// under WithHedging leaves one attempt, so no hedge.
+func TestPerCallOptionsComposeInEitherOrder(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	tr := hedgingTransport(t, s, outbound.Config{Hedging: nil})
+	h := &outbound.Hedging{Delay: 20 * time.Millisecond}
+	for name, ctx := range map[string]context.Context{
+		"hedging, then max attempts": outbound.WithMaxAttempts(outbound.WithHedging(context.Background(), h), 1),
+		"max attempts, then hedging": outbound.WithHedging(outbound.WithMaxAttempts(context.Background(), 1), h),
+		"hedging alone":              outbound.WithHedging(context.Background(), h),
+	} {
+		s.Enqueue(outboundtest.Slow(300*time.Millisecond, 200))
+		_, out, err := hedgedDo(t, tr, testkit.NewRequest(t, ctx, s, testkit.NoBody, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if name == "hedging alone" {
+			want = 1
+		}
+		if sent, _ := hedges(out); sent != want {
+			t.Errorf("%s: %d hedges, want %d", name, sent, want)
+		}
+	}
+}

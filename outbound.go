@@ -253,10 +253,7 @@ func New(cfg Config) (*Transport, error) {
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
 		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks,
 		openOnRetryAfter: cfg.OpenOnRetryAfter}
-	if h := cfg.Hedging; h != nil {
-		hc := *h // a copy: the caller's may change
-		t.hedging = &hc
-	}
+	t.hedging = cfg.Hedging.clone()
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}

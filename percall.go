@@ -2,7 +2,20 @@ package outbound
 
 import "context"
 
-type maxAttemptsKey struct{}
+// callOptions are what a call's context says over the Transport's Config:
+// one value under one key, so that a call looks them up once.
+type callOptions struct {
+	maxAttempts int // 0: Config.MaxAttempts
+	hedging     *Hedging
+	setHedging  bool // hedging is set (nil: off)
+}
+
+type callOptionsKey struct{}
+
+func optionsOf(ctx context.Context) callOptions {
+	o, _ := ctx.Value(callOptionsKey{}).(callOptions)
+	return o
+}
 
 // WithMaxAttempts returns a copy of ctx under which a call makes at most n
 // attempts, the first included, whatever Config.MaxAttempts says: 1 turns
@@ -12,5 +25,16 @@ type maxAttemptsKey struct{}
 // see retry.Transparent), which net/http makes silently too, are not
 // attempts and still happen. n is clamped to [1, 100].
 func WithMaxAttempts(ctx context.Context, n int) context.Context {
-	return context.WithValue(ctx, maxAttemptsKey{}, min(max(n, 1), 100))
+	o := optionsOf(ctx)
+	o.maxAttempts = min(max(n, 1), 100)
+	return context.WithValue(ctx, callOptionsKey{}, o)
+}
+
+// WithHedging returns a copy of ctx under which a call is hedged as h says,
+// whatever Config.Hedging says; a nil h turns hedging off for the calls made
+// with it. An h out of the ranges Hedging documents turns it off too.
+func WithHedging(ctx context.Context, h *Hedging) context.Context {
+	o := optionsOf(ctx)
+	o.hedging, o.setHedging = h.clone(), true
+	return context.WithValue(ctx, callOptionsKey{}, o)
 }
