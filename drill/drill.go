@@ -93,7 +93,8 @@ var fleetScenario = Scenario{Name: "fleet-shared-limit", Proto: outboundtest.HTT
 	run:    fleetShared}
 
 // Run runs the scenarios and returns the report. It returns an error only
-// for unknown scenario names.
+// for what it cannot run: an unknown scenario name, or the fleet scenario
+// without Options.Fleet.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	var list []Scenario
 	if len(opts.Only) == 0 {
@@ -199,10 +200,15 @@ func (e *env) newClient(own outbound.Config) *outbound.Transport {
 
 // build builds a client as newClient does, for the scenario to close.
 func (e *env) build(own outbound.Config) (*outbound.Transport, outbound.Config) {
-	cfg := own
 	if e.user != nil {
-		cfg = *e.user
+		own = *e.user
 	}
+	return e.buildFrom(own)
+}
+
+// buildFrom builds a client from cfg as it is, with what the drill adds:
+// the fault upstream's TLS roots and protocols, its hooks, the timeline.
+func (e *env) buildFrom(cfg outbound.Config) (*outbound.Transport, outbound.Config) {
 	base := e.srv.Transport()
 	if cfg.Transport != nil {
 		t := cfg.Transport.Clone()

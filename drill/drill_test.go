@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/drill"
 	"github.com/outboundhq/outbound/internal/mutate"
 )
@@ -54,5 +58,40 @@ func TestTheFleetScenarioNeedsAFleetAndSaysSo(t *testing.T) {
 	_, err := drill.Run(context.Background(), drill.Options{Only: []string{"fleet-shared-limit"}})
 	if err == nil || !strings.Contains(err.Error(), "Options.Fleet") {
 		t.Fatalf("err = %v, want one naming Options.Fleet", err)
+	}
+}
+
+// sharedGuard is a fleet kept in this process: every member takes from one
+// limiter, and the takes are counted.
+type sharedGuard struct {
+	l     *ratelimit.Limiter
+	takes *atomic.Int64
+}
+
+func (g sharedGuard) Take(context.Context) error {
+	g.takes.Add(1)
+	if g.l.TryAcquire() {
+		return nil
+	}
+	return ratelimit.ErrLimited
+}
+func (g sharedGuard) Refund() { g.l.Refund() }
+
+// Regression: with Options.Config, the fleet scenario built every member
+// from the user's configuration a second time, without the fleet's rate
+// guard: the members had no shared limit at all.
+func TestTheFleetScenarioUsesTheFleetsGuardUnderTheUsersConfiguration(t *testing.T) {
+	l, _ := ratelimit.New(ratelimit.Config{PerSecond: 100, Burst: 10})
+	var takes atomic.Int64
+	fleet := &drill.Fleet{PerSecond: 100, Burst: 10, New: func() (func(string) admission.RateGuard, func()) {
+		return func(string) admission.RateGuard { return sharedGuard{l, &takes} }, func() {}
+	}}
+	cfg := outbound.Config{MaxAttempts: 1, Admission: admission.Config{Rate: ratelimit.Config{PerSecond: 1e6}}}
+	r, err := drill.Run(context.Background(), drill.Options{Only: []string{"fleet-shared-limit"}, Fleet: fleet, Config: &cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if takes.Load() == 0 || !r.Passed {
+		t.Fatalf("the fleet's guard was asked %d times; passed %v: %+v", takes.Load(), r.Passed, r.Scenarios[0].Checks)
 	}
 }

@@ -323,10 +323,12 @@ func fleetShared(e *env) {
 			own.Admission.Rate = ratelimit.Config{} // the fleet's limit is the rate guard
 			own.Admission.RateGuard = guard
 		}
-		c, cfg := e.build(own)
+		c, cfg := e.buildFrom(own) // the user's configuration is in own already
 		defer c.Close()
+		if clients == nil {
+			e.cfg = cfg
+		}
 		clients = append(clients, c)
-		e.cfg = cfg
 	}
 	e.srv.SetDefault(outboundtest.Respond(200))
 	end := time.Now().Add(seconds * time.Second)
