@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
@@ -324,4 +325,49 @@ func TestTimeSpentInALocalGuardIsNotTheUpstreamBeingSlow(t *testing.T) {
 			t.Fatalf("breaker %+v: a second in the rate guard made an instant answer slow", m)
 		}
 	})
+}
+
+// Regression: a BreakerRecords or IsFailure that panicked left its attempt's
+// permit held — with a bulkhead of one, every later call was refused. The
+// default decides instead, and the permit comes back.
+func TestACallbackThatPanicsCannotKeepAPermit(t *testing.T) {
+	refused := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("connection refused") }
+	answered, _ := answering(func() string { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" })
+	for name, cfg := range map[string]outbound.Config{
+		"BreakerRecords": {Transport: &http.Transport{DialContext: refused},
+			BreakerRecords: func(*classify.Error) bool { panic("broken callback") }},
+		"IsFailure": {Transport: &http.Transport{DialContext: answered},
+			IsFailure: func(*http.Response) bool { panic("broken callback") }},
+	} {
+		cfg.MaxAttempts = 1
+		cfg.Admission = admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}
+		tr, err := outbound.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			_, err := get(t, tr)
+			if errors.Is(err, bulkhead.ErrFull) {
+				t.Fatalf("%s: call %d refused by the bulkhead: a permit was kept", name, i)
+			}
+		}
+		tr.Close()
+	}
+}
+
+// Checking the configuration does not call the RateGuard factory: it would
+// make a guard (a bucket on Redis, say) for an upstream that does not exist.
+func TestNewDoesNotCallTheRateGuardFactory(t *testing.T) {
+	var made []string
+	tr, err := outbound.New(outbound.Config{Admission: admission.Config{RateGuard: func(u string) admission.RateGuard {
+		made = append(made, u)
+		return nil
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if len(made) != 0 {
+		t.Fatalf("New made rate guards for %q", made)
+	}
 }

@@ -18,6 +18,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
@@ -168,7 +169,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	if p.shared != nil {
-		if err := p.shared.Take(ctx); err != nil {
+		if err := p.take(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Rate, err)
@@ -203,6 +204,17 @@ func (p *Pipeline) releaseCircuit(cp *circuit.Permit) {
 	p.event(Circuit, Release, nil)
 }
 
+// take takes a token of the shared rate guard; a panic in it is a refusal,
+// so that the circuit permission already held comes back.
+func (p *Pipeline) take(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("admission: the RateGuard of %s panicked: %v", p.upstream, r)
+		}
+	}()
+	return p.shared.Take(ctx)
+}
+
 // refundRate gives back the rate token of an attempt that never reached the
 // wire.
 func (p *Pipeline) refundRate() {
@@ -210,7 +222,10 @@ func (p *Pipeline) refundRate() {
 	case p.limiter != nil:
 		p.limiter.Refund()
 	case p.shared != nil:
-		p.shared.Refund()
+		func() {
+			defer func() { _ = recover() }() // the permits after it must still come back
+			p.shared.Refund()
+		}()
 	default:
 		return
 	}

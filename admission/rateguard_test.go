@@ -158,3 +158,30 @@ func TestARateGuardOfNilMeansNoRateGuard(t *testing.T) {
 	pm.Cancel()
 	r.want(t, "circuit-release")
 }
+
+// panicky is a RateGuard whose every call panics.
+type panicky struct{}
+
+func (panicky) Take(context.Context) error { panic("broken guard") }
+func (panicky) Refund()                    { panic("broken guard") }
+
+// A RateGuard that panics refuses, and the circuit permission comes back: a
+// HALF_OPEN trial slot is not lost to it.
+func TestARateGuardThatPanicsRefusesAndGivesTheCircuitPermissionBack(t *testing.T) {
+	p, _ := newPipeline(t, admission.Config{Circuit: circuit.Config{PermittedCallsInHalfOpen: 1},
+		RateGuard: func(string) admission.RateGuard { return panicky{} }})
+	if err := p.Breaker().SetState(circuit.Open); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Breaker().SetState(circuit.HalfOpen); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := p.Acquire(context.Background()); !errors.Is(err, admission.ErrRejected) || !strings.Contains(err.Error(), "panicked") {
+			t.Fatalf("err = %v, want a rejection saying the guard panicked", err)
+		}
+	}
+	if m := p.Breaker().Metrics(); m.TrialsInFlight != 0 {
+		t.Fatalf("%d trial permits held after the guard panicked", m.TrialsInFlight)
+	}
+}

@@ -96,7 +96,8 @@ type Config struct {
 	UpstreamKey func(*http.Request) string
 
 	// IsFailure says which answered responses the breaker records as
-	// upstream failures. Nil means status 500, 502, 503 and 504.
+	// upstream failures. Nil means status 500, 502, 503 and 504, which
+	// also decides when it panics.
 	IsFailure func(*http.Response) bool
 
 	// IdleConnTimeout closes a connection that has carried no request for
@@ -134,7 +135,8 @@ type Config struct {
 	// answer whose body failed; an attempt it declines is released (neither
 	// success nor failure). It is not asked for attempts the caller
 	// cancelled, that were refused locally, or that waited in vain for a
-	// connection. Nil means DefaultBreakerRecords.
+	// connection. Nil means DefaultBreakerRecords, which also decides when
+	// it panics.
 	BreakerRecords func(*classify.Error) bool
 }
 
@@ -203,6 +205,9 @@ func New(cfg Config) (*Attempter, error) {
 	}
 	tmpl := cfg.Admission
 	tmpl.Upstream = "validation"
+	if tmpl.RateGuard != nil { // checked, not called: it would make a guard for no upstream
+		tmpl.RateGuard = func(string) admission.RateGuard { return nil }
+	}
 	if _, err := admission.New(tmpl); err != nil {
 		return nil, cfgerr.In("attempt", "Admission", err)
 	}
@@ -266,11 +271,28 @@ func New(cfg Config) (*Attempter, error) {
 	}
 	if t.records == nil {
 		t.records = DefaultBreakerRecords
+	} else {
+		t.records = recovered(t.records, DefaultBreakerRecords)
 	}
 	if t.isFailure == nil {
 		t.isFailure = DefaultIsFailure
+	} else {
+		t.isFailure = recovered(t.isFailure, DefaultIsFailure)
 	}
 	return t, nil
+}
+
+// recovered returns user's decision, or def's when user panics: the permit
+// it decides about must be resolved whatever the callback does.
+func recovered[T any](user, def func(T) bool) func(T) bool {
+	return func(v T) (b bool) {
+		defer func() {
+			if recover() != nil {
+				b = def(v)
+			}
+		}()
+		return user(v)
+	}
 }
 
 // RoundTrip makes one attempt of req. It keeps the http.RoundTripper
