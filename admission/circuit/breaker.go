@@ -224,8 +224,8 @@ func newCounter() *counter {
 }
 
 // add counts one. The address of a local variable says, cheaply, which
-// goroutine runs it (its stack, 8 KiB at least); it is only hashed, never
-// dereferenced.
+// goroutine runs it (stacks are 2 KiB at least, and goroutines whose stacks
+// share a block share a cell); it is only hashed, never dereferenced.
 func (c *counter) add() {
 	var here byte
 	g := uintptr(unsafe.Pointer(&here))
@@ -241,12 +241,6 @@ func (c *counter) sum() int64 {
 		n += c.cells[i].n.Load()
 	}
 	return n
-}
-
-func (c *counter) reset() {
-	for i := range c.cells {
-		c.cells[i].n.Store(0)
-	}
 }
 
 // windowExt holds what only some breakers need, so that the common idle
@@ -468,9 +462,7 @@ func (b *Breaker) moveForLocked(to State, r Reason, fr, sr float64, wait time.Du
 	gen := old>>8 + 1
 	b.word.Store(gen<<8 | uint64(to))
 	b.clean.Store(false)
-	if c := b.notPermitted.Load(); c != nil {
-		c.reset()
-	}
+	b.notPermitted.Store(nil) // a new state counts afresh; the cells are made again at its first refusal
 	if b.ext != nil && b.ext.timer != nil {
 		b.ext.timer.Stop()
 		b.ext.timer = nil
