@@ -287,13 +287,13 @@ func (f Fault) responseBody() []byte {
 	return defaultBody
 }
 
-// isConnLevel reports whether f applies to accepted connections rather than
-// to requests.
 // ConnLevel reports whether f is a connection-level fault (ResetOnAccept,
 // CloseOnAccept, StallOnAccept), which Server.EnqueueConn takes, rather than
 // a request-level one.
 func (f Fault) ConnLevel() bool { return f.isConnLevel() }
 
+// isConnLevel reports whether f applies to accepted connections rather than
+// to requests.
 func (f Fault) isConnLevel() bool {
 	switch f.kind {
 	case kindResetOnAccept, kindCloseOnAccept, kindStallOnAccept:

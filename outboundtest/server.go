@@ -193,10 +193,7 @@ func (s *Server) faultFor(spec, id string) Fault {
 		return s.takeFault()
 	}
 	if id != "" {
-		s.mu.Lock()
-		seen := s.received[id] > 0
-		s.mu.Unlock()
-		if seen {
+		if s.Received(id) > 0 {
 			return s.takeFault() // a retry of the call: the fault was its first request's
 		}
 	}

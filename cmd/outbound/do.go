@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -102,7 +103,7 @@ Flags:
 		}
 		tr.TLSClientConfig = cfg
 	}
-	p := &printer{w: stderr, start: time.Now(), verbose: *verbose}
+	p := &printer{w: stderr, start: time.Now()}
 	cfg := outbound.Config{Transport: tr, MaxAttempts: *maxAttempts, AttemptTimeout: *attemptTimeout,
 		MaxRetryAfter: *maxRetryAfter, IdempotencyKeys: *idemKey,
 		Admission: admission.Config{Rate: ratelimit.Config{PerSecond: *rate}, Bulkhead: bulkhead.Config{MaxConcurrent: *bulkheadN}}}
@@ -132,7 +133,6 @@ Flags:
 	req = req.WithContext(ctx)
 
 	resp, out, err := t.Do(req)
-	interrupted := ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 	if resp != nil {
 		if *verbose {
 			p.response(resp)
@@ -142,12 +142,11 @@ Flags:
 		}
 		_, copyErr := io.Copy(stdout, resp.Body)
 		resp.Body.Close()
-		interrupted = interrupted || ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 		if copyErr != nil {
 			fmt.Fprintln(stderr, "! reading the body:", copyErr)
 		}
 	}
-	if interrupted {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) { // Ctrl-C, during the call or its body
 		fmt.Fprintln(stderr, "interrupted: the call was ended before it finished")
 	}
 	explain(stderr, out, resp)
@@ -242,10 +241,9 @@ func newRequest(method, rawURL, data string, headers []string) (*http.Request, e
 // printer prints what -v shows, as curl -v does: "*" for the library's own
 // lines, ">" for what was sent, "<" for what came back.
 type printer struct {
-	w       io.Writer
-	start   time.Time
-	verbose bool
-	mu      sync.Mutex
+	w     io.Writer
+	start time.Time
+	mu    sync.Mutex
 }
 
 func (p *printer) printf(format string, args ...any) {
@@ -273,13 +271,7 @@ func (p *printer) wroteHeader(key string, values []string) {
 
 func (p *printer) response(resp *http.Response) {
 	p.printf("< %s %s\n", resp.Proto, resp.Status)
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range resp.Header {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(resp.Header)) {
 		for _, v := range resp.Header[k] {
 			p.printf("< %s: %s\n", k, v)
 		}

@@ -110,7 +110,7 @@ Flags:
 		fmt.Fprintln(stderr, "outbound drill:", err)
 		return exitUsage
 	}
-	htmlErr := error(nil)
+	var htmlErr error
 	if html != nil {
 		htmlErr = writeHTML(html, r)
 	}

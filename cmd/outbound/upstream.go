@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -126,13 +127,7 @@ func printCounts(w io.Writer, s *outboundtest.Server) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tRECEIVED\tEXECUTED\n", strings.ToUpper(outboundtest.IDHeader))
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range counts {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
 		name := id
 		if name == "" {
 			name = "(none)"
