@@ -358,8 +358,9 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 // answer is a success; a failure or a retryable answer costs a token, which
 // is charged before the budget is asked, so that concurrent calls cannot all
 // see the last token. Local rejections, attempts the caller cancelled,
-// transparent retries (the connection's life, not the upstream's health) and
-// refused TLS handshakes (which are not retried) cost nothing.
+// transparent retries (the connection's life, not the upstream's health),
+// refused TLS handshakes (which are not retried) and the client's own faults
+// cost nothing.
 func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
 	switch {
 	case final:
@@ -375,7 +376,8 @@ func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, tran
 	in.TransparentUsed = transparent
 	d := retry.Decide(in) // with BudgetAllows false: the budget is the last rule
 	switch {
-	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused:
+	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused,
+		classify.ClientFault(a.Evidence):
 		return d
 	}
 	c.budget.OnFailure()

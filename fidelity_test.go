@@ -769,3 +769,33 @@ func TestOneShotRequestsAvoidAConnectionAboutToReachItsStreamLimit(t *testing.T)
 		})
 	}
 }
+
+// A call whose body fails to read ends with the body's error and an honest
+// commit status (part of the request left), is not retried even when it
+// could be, and costs the upstream nothing: no breaker failure, no budget.
+func TestACallWhoseBodyFailsEndsWithTheCallersErrorAndBlamesNoUpstream(t *testing.T) {
+	for _, p := range testkit.Protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			s.SetDefault(outboundtest.Hang())
+			var ev testkit.Events
+			c := newClient(t, s, outbound.Config{Admission: admission.Config{OnEvent: ev.On}})
+			for range 3 {
+				req := newRequest(t, context.Background(), s, noBody, "put")
+				req.Method, req.ContentLength = http.MethodPut, 100
+				req.Body = testkit.FailingBody()
+				req.GetBody = func() (io.ReadCloser, error) { return testkit.FailingBody(), nil }
+				_, out, err := c.Do(req)
+				if !errors.Is(err, testkit.ErrBodyFailed) || !errors.Is(err, outcome.ErrUnknown) || len(out.Attempts) != 1 || out.Reason != retry.ClientFault {
+					t.Fatalf("err %v: %v", err, out)
+				}
+			}
+			if tokens := budgetOf(t, c, s.URL).Tokens(); tokens != 10 {
+				t.Fatalf("budget: %v tokens left", tokens)
+			}
+			if n, m := ev.Count("circuit-exit(failure)"), breakerOf(t, c, s); n != 0 || m.Calls != 0 {
+				t.Fatalf("%d breaker failures, breaker %+v", n, m)
+			}
+		})
+	}
+}

@@ -184,6 +184,7 @@ type Attempter struct {
 	pools     map[string]*pool
 	routes    map[hostKey]*Route // with the default key: per scheme, URL host and proxy
 	closed    bool
+	shut      atomic.Bool // closed, read without the lock by attempts in flight
 	sweeper   *time.Timer // armed while anything is kept
 	toNotify  []string    // forgotten keys for OnForget, told outside the lock
 	peaks     [3]int      // the most entries upstreams, pools and routes held since they were made
@@ -355,6 +356,17 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		areq = req.WithContext(ctx)
 		areq.Header, areq.Body = o.Header, o.Body
 	}
+	var sb *sentBody
+	if areq.Body != nil && areq.Body != http.NoBody {
+		// The body's own errors are told apart from the upstream's: a
+		// body that fails to read is the caller's fault.
+		if areq == req {
+			areq = new(http.Request)
+			*areq = *req
+		}
+		sb = &sentBody{rc: areq.Body}
+		areq.Body = sb
+	}
 	key, pl, p := r.key, r.up.pipeline, r.pool
 	if err := validate(areq); err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
@@ -393,7 +405,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			// up: it wrote nothing, and the upstream is not to blame.
 			ce.Evidence = classify.EvidenceConnLimit
 			pm.Cancel()
-		case callerCancelled(ctx) || err == errPoolClosed:
+		case err == errPoolClosed:
+			ce.Evidence = classify.EvidenceClientClosed
+			pm.Cancel()
+		case callerCancelled(ctx):
 			pm.Cancel()
 		default:
 			if classify.TLSRefused(err) {
@@ -427,13 +442,21 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			Cancelled: ctx.Err() != nil, Reused: reused, HTTP1: c.http1.Load()}
 		cat, ev := classify.Failure(facts)
 		lifecycle := classify.Lifecycle(facts, ev)
+		if fault := t.clientFault(sb); fault != 0 {
+			// Not the upstream: the breaker and the retry budget are
+			// not told, and the call is not retried.
+			ev, lifecycle = fault, false
+			if cat != classify.NotSent {
+				cat = classify.Ambiguous
+			}
+		}
 		if ev == classify.EvidenceGoAwayAbove {
 			c.above.Add(1)
 		}
 		ce := &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev,
 			Lifecycle: lifecycle, Err: withCause(ctx, err)}
-		if callerCancelled(ctx) {
-			pm.Release() // the caller gave up: it says nothing about the upstream
+		if callerCancelled(ctx) || classify.ClientFault(ev) {
+			pm.Release() // the caller gave up, or failed: it says nothing about the upstream
 		} else {
 			t.resolveFailed(&pm, ce, start)
 		}
@@ -454,7 +477,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		finish(&pm, failed, elapsed)
 		return resp, nil
 	}
-	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key, records: t.records}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key, records: t.records, shut: &t.shut}
 	if ctx.Done() != nil {
 		// The exchange ends with the attempt's context, whether or not the
 		// caller ever closes the body: the permit comes back then. (The
@@ -465,6 +488,41 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	}
 	resp.Body = b
 	return resp, nil
+}
+
+// clientFault returns the evidence of a failed attempt that was the client's
+// own doing, or 0: the request's body sb failed to read, or the client was
+// closed during the attempt.
+func (t *Attempter) clientFault(sb *sentBody) classify.Evidence {
+	switch {
+	case sb != nil && sb.failed.Load():
+		return classify.EvidenceRequestBodyFailed
+	case t.shut.Load():
+		return classify.EvidenceClientClosed
+	}
+	return 0
+}
+
+// sentBody is the body of an attempt: it records whether a Read failed
+// before the transport closed it, which is the caller's body failing, not
+// the upstream.
+type sentBody struct {
+	rc      io.ReadCloser
+	failed  atomic.Bool
+	closing atomic.Bool // the transport closed it: a failed Read from then on is not the body's fault
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF && !b.closing.Load() {
+		b.failed.Store(true)
+	}
+	return n, err
+}
+
+func (b *sentBody) Close() error {
+	b.closing.Store(true)
+	return b.rc.Close()
 }
 
 // wroteFlag records net/http's WroteHeaders for one attempt.
@@ -523,6 +581,7 @@ type body struct {
 	elapsed  time.Duration
 	stop     func() bool                // stops the context.AfterFunc, if one was set
 	records  func(*classify.Error) bool // Config.BreakerRecords
+	shut     *atomic.Bool               // the Attempter's: set when it is closed
 
 	// closing is set before the caller's Close closes rc: a Read that
 	// fails from then on fails because of it, not because of the upstream.
@@ -545,6 +604,11 @@ func (b *body) Read(p []byte) (int, error) {
 		b.end(b.failed, false)
 	case callerCancelled(b.ctx):
 		b.end(false, true)
+	case b.shut.Load():
+		// The client was closed while the body was read: not the upstream.
+		b.end(false, true)
+		err = &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
+			Evidence: classify.EvidenceClientClosed, Err: err}
 	default:
 		ce := &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
 			Evidence: classify.EvidenceStatus, Err: withCause(b.ctx, err)}

@@ -18,6 +18,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
 )
 
@@ -306,6 +307,71 @@ func TestConcurrentHTTP2AttemptsDoNotDeadlockThePool(t *testing.T) {
 			}
 			if got := s.Executions("c"); got != 640 {
 				t.Fatalf("executions %d, want 640", got)
+			}
+		})
+	}
+}
+
+// A request body that fails to read is the caller's fault: the attempt says
+// so (Ambiguous: part of the request left), the breaker records nothing,
+// and the body's own error comes back.
+func TestARequestBodyThatFailsIsTheCallersFaultNotTheUpstreams(t *testing.T) {
+	for _, p := range protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			s.SetDefault(outboundtest.Hang())
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
+			for range 12 {
+				req := newRequest(t, context.Background(), s, noBody, "body")
+				req.Method, req.Body, req.ContentLength = http.MethodPost, testkit.FailingBody(), 100
+				o := roundTrip(tr, req)
+				if o.evidence != classify.EvidenceRequestBodyFailed || o.category != classify.Ambiguous || !errors.Is(o.err, testkit.ErrBodyFailed) {
+					t.Fatalf("attempt with a failing body: %+v", o)
+				}
+			}
+			if m := pipelineOf(t, tr, s.URL).Breaker().Metrics(); m.Calls != 0 {
+				t.Fatalf("the breaker recorded the caller's failing bodies: %+v", m)
+			}
+		})
+	}
+}
+
+// Closing the client interrupts what is in flight — a request awaiting its
+// answer, an answer's body being read — and neither is the upstream's
+// failure; an attempt after the close is NotSent, for the same reason.
+func TestClosingTheClientInterruptsAttemptsWithoutBlamingTheUpstream(t *testing.T) {
+	for _, p := range protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
+			s.Enqueue(outboundtest.EndlessBody(), outboundtest.Hang())
+			resp, err := tr.RoundTrip(newRequest(t, context.Background(), s, noBody, "reading"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if _, err := io.ReadFull(resp.Body, make([]byte, 10)); err != nil {
+				t.Fatal(err)
+			}
+			awaiting := make(chan outcome, 1)
+			go func() { awaiting <- roundTrip(tr, newRequest(t, context.Background(), s, noBody, "awaiting")) }()
+			for s.Received("awaiting") == 0 {
+				runtime.Gosched()
+			}
+			tr.Close()
+
+			if o := <-awaiting; o.evidence != classify.EvidenceClientClosed || o.category != classify.Ambiguous {
+				t.Fatalf("attempt awaiting its answer when the client closed: %+v", o)
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			if o := fromError(err); o.evidence != classify.EvidenceClientClosed || o.stage != classify.StageReadBody {
+				t.Fatalf("body being read when the client closed: %+v", o)
+			}
+			if o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "after")); o.evidence != classify.EvidenceClientClosed || o.category != classify.NotSent {
+				t.Fatalf("attempt after the close: %+v", o)
+			}
+			if m := pipelineOf(t, tr, s.URL).Breaker().Metrics(); m.Calls != 0 {
+				t.Fatalf("the breaker recorded attempts the client's close interrupted: %+v", m)
 			}
 		})
 	}

@@ -424,6 +424,7 @@ func (t *Attempter) CloseIdleConnections() {
 func (t *Attempter) Close() {
 	t.mu.Lock()
 	t.closed = true
+	t.shut.Store(true)
 	if t.sweeper != nil {
 		t.sweeper.Stop()
 		t.sweeper = nil

@@ -99,6 +99,8 @@ const (
 	EvidenceTLSRefused                               // the TLS handshake failed for good: certificate or protocol refused
 	EvidenceConnLimit                                // no connection: the attempt gave up waiting for one (Transport.MaxConnsPerHost)
 	EvidenceConnNotEstablished                       // HTTP/2: no stream was opened: the new connection closed before its first request
+	EvidenceRequestBodyFailed                        // the request's body returned an error while it was being sent: a fault of the caller
+	EvidenceClientClosed                             // the client was closed before or during the attempt
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
@@ -111,7 +113,17 @@ var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoCon
 	EvidenceIdleConnClosed:       "reused connection closed before any response byte",
 	EvidenceTLSRefused:           "TLS handshake refused (certificate or protocol)",
 	EvidenceConnLimit:            "no connection free (MaxConnsPerHost)",
-	EvidenceConnNotEstablished:   "no stream opened: the new connection closed before its first request"}
+	EvidenceConnNotEstablished:   "no stream opened: the new connection closed before its first request",
+	EvidenceRequestBodyFailed:    "the request's body failed while it was being sent",
+	EvidenceClientClosed:         "the client was closed"}
+
+// ClientFault reports whether a failure classified as ev was the client's own
+// doing rather than the upstream's: the request's body failed to read, or the
+// client was closed. Such a failure is never an upstream failure for the
+// breaker or the retry budget, and it is not retried.
+func ClientFault(ev Evidence) bool {
+	return ev == EvidenceRequestBodyFailed || ev == EvidenceClientClosed
+}
 
 func (e Evidence) String() string {
 	if int(e) < len(evidenceNames) && evidenceNames[e] != "" {

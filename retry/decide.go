@@ -11,7 +11,9 @@
 //  2. A local rejection ends the call: the guards said no, or the request is
 //     invalid, and asking again at once would only spin.
 //  3. A failure that would recur on every attempt (a TLS handshake refused
-//     for its certificate or protocol) ends the call.
+//     for its certificate or protocol) ends the call, and so does a failure
+//     of the client itself (the request's body failed to read, or the client
+//     was closed: see classify.ClientFault).
 //  4. A body that cannot be produced again — a one-shot body already read — is
 //     never re-sent, whatever else holds. The library never buffers a
 //     streaming body to make it replayable.
@@ -115,6 +117,7 @@ const (
 	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
 	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
 	Superseded                                 // another attempt of the call, in flight beside this one (a hedge), decided the call
+	ClientFault                                // the client's own fault: the request's body failed, or the client was closed
 )
 
 var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", LocalRejection: "rejected locally",
@@ -126,7 +129,7 @@ var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", L
 	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
 	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
 	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After",
-	Superseded: "another attempt of the call decided it"}
+	Superseded: "another attempt of the call decided it", ClientFault: "the client's own fault (its request body, or the client closed)"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {
@@ -167,6 +170,9 @@ func Decide(in Input) Decision {
 	}
 	if in.Evidence == classify.EvidenceTLSRefused {
 		return no(WouldRecur)
+	}
+	if classify.ClientFault(in.Evidence) {
+		return no(ClientFault)
 	}
 	if !in.BodyReplayable {
 		return no(OneShotBody)

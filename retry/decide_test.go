@@ -225,3 +225,13 @@ func TestARefusedTLSHandshakeIsNeverRetried(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 }
+
+func TestAClientFaultIsNeverRetried(t *testing.T) {
+	for _, ev := range []classify.Evidence{classify.EvidenceRequestBodyFailed, classify.EvidenceClientClosed} {
+		in := base()
+		in.Category, in.Evidence = classify.Ambiguous, ev
+		if d := retry.Decide(in); d.Retry || d.Reason != retry.ClientFault {
+			t.Fatalf("%v: %+v", ev, d)
+		}
+	}
+}

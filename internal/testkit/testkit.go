@@ -5,6 +5,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -93,3 +94,23 @@ func (e *Events) Count(name string) int {
 	defer e.mu.Unlock()
 	return e.n[name]
 }
+
+// ErrBodyFailed is the error of a FailingBody.
+var ErrBodyFailed = errors.New("the caller's body failed")
+
+// FailingBody returns a request body that yields a few bytes, then fails
+// with ErrBodyFailed, as a caller's body can (a file on a disk that went
+// away, a pipe whose writer gave up).
+func FailingBody() io.ReadCloser { return &failingBody{} }
+
+type failingBody struct{ sent bool }
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, "0123456789"), nil
+	}
+	return 0, ErrBodyFailed
+}
+
+func (b *failingBody) Close() error { return nil }
