@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -81,22 +82,39 @@ func failsafeLimiter[R any]() fsrate.RateLimiter[R] {
 
 func failsafeBulkhead[R any]() fsbulkhead.Bulkhead[R] { return fsbulkhead.New[R](bulkheadSlots) }
 
-// innerTransport is the http.Transport under every client of the end-to-end
-// benchmark: enough idle connections per host that 16 callers never re-dial.
-// Its dials are counted in dials.
 // idlePerHost is innerTransport's MaxIdleConnsPerHost: 100, or 0 (net/http's
 // default, 2) during the 16-callers-default-idle runs.
 var idlePerHost = 100
 
+// innerTransport is the http.Transport under every client of the end-to-end
+// benchmark: enough idle connections per host that 16 callers never re-dial,
+// and http.DefaultTransport's idle timeout, which is also the one outbound
+// applies when the Transport has none (so that every client runs with the
+// same settings: an idle timer per connection costs every client a little
+// scheduler work). BENCH_IDLE_CONN_TIMEOUT replaces it (0: none, net/http's
+// zero value). Its dials are counted in dials.
 func innerTransport() *http.Transport {
 	d := &net.Dialer{}
 	return &http.Transport{
 		MaxIdleConnsPerHost: idlePerHost,
+		IdleConnTimeout:     idleConnTimeout(),
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			dials.Add(1)
 			return d.DialContext(ctx, network, addr)
 		},
 	}
+}
+
+func idleConnTimeout() time.Duration {
+	v, ok := os.LookupEnv("BENCH_IDLE_CONN_TIMEOUT")
+	if !ok {
+		return 90 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		panic("BENCH_IDLE_CONN_TIMEOUT: " + err.Error())
+	}
+	return d
 }
 
 // dials counts the connections opened by innerTransport's transports.
