@@ -291,6 +291,12 @@ type UpstreamState struct {
 	// without a bulkhead); RateTokens, how many the rate limiter would give
 	// at once now (-1 without a rate limiter).
 	InFlight, RateTokens int
+	// Limit is the bulkhead's limit: the adaptive limit as it is now
+	// (bulkhead.Config.Adaptive), or MaxConcurrent; 0 without a bulkhead.
+	Limit int
+	// ThrottleProbability is the probability with which the client-side
+	// throttle refuses the next attempt (-1 without a throttle).
+	ThrottleProbability float64
 	// BudgetTokens is what the retry budget holds: retries are allowed
 	// while it holds more than half of its BudgetConfig.MaxTokens.
 	BudgetTokens float64
@@ -304,7 +310,11 @@ func (t *Transport) Upstream(key string) (UpstreamState, bool) {
 	if !ok {
 		return UpstreamState{}, false
 	}
-	s := UpstreamState{Breaker: p.Breaker().Metrics(), InFlight: p.Bulkhead().InUse(), RateTokens: -1}
+	s := UpstreamState{Breaker: p.Breaker().Metrics(), InFlight: p.Bulkhead().InUse(), RateTokens: -1,
+		Limit: p.Bulkhead().Limit(), ThrottleProbability: -1}
+	if th := p.Throttle(); th != nil {
+		s.ThrottleProbability = th.Probability()
+	}
 	if l := p.Limiter(); l != nil {
 		s.RateTokens = l.Available()
 	}

@@ -16,7 +16,9 @@ import (
 //   - Warn: a call whose commit status is unknown, a breaker opening, a retry
 //     budget exhausted.
 //   - Info: a failed attempt (not sent, ambiguous, rejected locally), a retry
-//     scheduled or declined, a call not committed, other breaker transitions.
+//     scheduled or declined, a call not committed, other breaker transitions,
+//     an adaptive concurrency limit moved (a rejection by the client-side
+//     throttle is a failed attempt rejected locally, guard "throttle").
 //   - Debug: answered attempts and committed calls, every guard event.
 //
 // Records carry the upstream (scheme://host:port), the method, the attempt
@@ -80,6 +82,11 @@ func SlogHooks(l *slog.Logger) Hooks {
 				l.LogAttrs(context.Background(), level, "outbound breaker transition", slog.String("upstream", e.Upstream),
 					slog.String("from", e.Transition.From.String()), slog.String("to", e.Transition.To.String()),
 					slog.String("reason", e.Transition.Reason.String()))
+				return
+			}
+			if e.Kind == admission.LimitChanged {
+				l.LogAttrs(context.Background(), slog.LevelInfo, "outbound concurrency limit changed", slog.String("upstream", e.Upstream),
+					slog.Int("from", e.Limit[0]), slog.Int("to", e.Limit[1]))
 				return
 			}
 			if l.Enabled(context.Background(), slog.LevelDebug) {

@@ -6,13 +6,14 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 )
 
-// Guard names one of the three guards.
+// Guard names one of the guards.
 type Guard uint8
 
 const (
 	Circuit  Guard = iota + 1 // the circuit breaker
 	Rate                      // the rate limiter
 	Bulkhead                  // the bulkhead
+	Throttle                  // the client-side throttle, between the circuit breaker and the rate limiter
 )
 
 func (g Guard) String() string {
@@ -23,6 +24,8 @@ func (g Guard) String() string {
 		return "rate"
 	case Bulkhead:
 		return "bulkhead"
+	case Throttle:
+		return "throttle"
 	}
 	return fmt.Sprintf("Guard(%d)", uint8(g))
 }
@@ -31,18 +34,20 @@ func (g Guard) String() string {
 type Kind uint8
 
 const (
-	Enter      Kind = iota + 1 // the guard admitted the attempt
-	Reject                     // the guard refused the attempt
-	Exit                       // the guard's permit was given back after the attempt
-	Refund                     // the rate token was given back: the attempt never reached the wire
-	Release                    // the circuit permission was given back without an outcome
-	Success                    // the circuit permission was resolved as a success
-	Failure                    // the circuit permission was resolved as a failure
-	Transition                 // the breaker changed state (Event.Transition)
+	Enter        Kind = iota + 1 // the guard admitted the attempt
+	Reject                       // the guard refused the attempt
+	Exit                         // the guard's permit was given back after the attempt
+	Refund                       // the rate token was given back (the attempt never reached the wire), or the throttle's request taken out of its count
+	Release                      // the circuit permission was given back without an outcome
+	Success                      // the circuit permission was resolved as a success
+	Failure                      // the circuit permission was resolved as a failure
+	Transition                   // the breaker changed state (Event.Transition)
+	LimitChanged                 // an adaptive bulkhead moved its limit (Event.Limit)
 )
 
 var kindNames = [...]string{Enter: "enter", Reject: "reject", Exit: "exit", Refund: "exit(refund)",
-	Release: "release", Success: "exit(success)", Failure: "exit(failure)", Transition: "transition"}
+	Release: "release", Success: "exit(success)", Failure: "exit(failure)", Transition: "transition",
+	LimitChanged: "limit"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
@@ -59,14 +64,18 @@ type Event struct {
 	Kind       Kind
 	Err        error              // for Reject: why
 	Transition circuit.Transition // for Transition
+	Limit      [2]int             // for LimitChanged: the limit before and after
 }
 
 // String renders the event as the guard and what happened to it:
 // "circuit-enter", "bulkhead-reject", "rate-exit(refund)", "circuit-release",
-// "circuit-transition(CLOSED->OPEN)".
+// "circuit-transition(CLOSED->OPEN)", "bulkhead-limit(20->40)".
 func (e Event) String() string {
-	if e.Kind == Transition {
+	switch e.Kind {
+	case Transition:
 		return fmt.Sprintf("circuit-transition(%v->%v)", e.Transition.From, e.Transition.To)
+	case LimitChanged:
+		return fmt.Sprintf("bulkhead-limit(%d->%d)", e.Limit[0], e.Limit[1])
 	}
 	return e.Guard.String() + "-" + e.Kind.String()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/internal/shard"
 )
 
@@ -18,9 +19,11 @@ import (
 // waits and clock jumps through one pipeline, then checks that nothing
 // leaked: no permit outstanding, the bulkhead back to full capacity, every
 // rate token of an attempt that never reached the wire refunded, and no
-// HALF_OPEN trial slot lost. Each sequence runs twice: with the rate
-// limiter and the bulkhead as built, and with them striped over
-// per-processor cells, as they are after contention.
+// HALF_OPEN trial slot lost, and the throttle's count holding exactly the
+// attempts that reached the wire and the ones it refused. Each sequence runs
+// three times: with the rate limiter and the bulkhead as built; with them
+// striped over per-processor cells, as they are after contention; and with
+// the client-side throttle on and the bulkhead's limit adaptive.
 func FuzzPipelinePermitsAlwaysComeBack(f *testing.F) {
 	for _, seed := range []string{
 		"\x00\x01\x00\x02\x00\x03\x00\x04",
@@ -31,19 +34,27 @@ func FuzzPipelinePermitsAlwaysComeBack(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		for _, striped := range []bool{false, true} {
-			synctest.Test(t, func(t *testing.T) { runOps(t, ops, striped) })
+		for _, m := range []fuzzMode{asBuilt, striped, adaptive} {
+			synctest.Test(t, func(t *testing.T) { runOps(t, ops, m) })
 		}
 	})
 }
 
 const fuzzBurst = 40
 
-func runOps(t *testing.T, ops []byte, striped bool) {
+type fuzzMode int
+
+const (
+	asBuilt fuzzMode = iota
+	striped
+	adaptive // with the throttle on and an adaptive bulkhead
+)
+
+func runOps(t *testing.T, ops []byte, mode fuzzMode) {
 	r := &recorder{}
-	restore := shard.Force(striped)
+	restore := shard.Force(mode == striped)
 	defer restore()
-	p := mustPipeline(t, admission.Config{
+	cfg := admission.Config{
 		Upstream: "fuzz",
 		Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4, WaitInOpen: 10 * time.Second,
 			PermittedCallsInHalfOpen: 2, MaxWaitInHalfOpen: 40 * time.Second},
@@ -53,9 +64,16 @@ func runOps(t *testing.T, ops []byte, striped bool) {
 		Rate:     ratelimit.Config{PerSecond: 1.0 / (1000 * 3600), Burst: fuzzBurst},
 		Bulkhead: bulkhead.Config{MaxConcurrent: 2, MaxWait: time.Second},
 		OnEvent:  r.on,
-	})
+	}
+	if mode == adaptive {
+		cfg.Bulkhead.Adaptive, cfg.Bulkhead.MinConcurrent = true, 1
+		// A window far longer than a sequence: the counts are exact.
+		cfg.Throttle = throttle.Config{Enabled: true, K: 1, Window: 1000 * time.Hour}
+	}
+	p := mustPipeline(t, cfg)
 	var held []admission.Permit
-	spent := 0 // tokens of attempts that reached the wire
+	spent := 0    // tokens of attempts that reached the wire
+	declined := 0 // of them, answers that declined the attempt (a 429)
 	pop := func() *admission.Permit {
 		if len(held) == 0 {
 			return nil
@@ -63,6 +81,13 @@ func runOps(t *testing.T, ops []byte, striped bool) {
 		pm := &held[0]
 		held = held[1:]
 		return pm
+	}
+	lostOrFailure := func(pm *admission.Permit) { // a Failure, or as often a Lost
+		if spent%2 == 0 {
+			pm.Lost(time.Millisecond)
+		} else {
+			pm.Failure(time.Millisecond)
+		}
 	}
 	for i := 0; i < len(ops); i++ {
 		switch ops[i] % 10 {
@@ -77,10 +102,15 @@ func runOps(t *testing.T, ops []byte, striped bool) {
 			}
 			switch ops[i] % 10 {
 			case 1:
-				pm.Success(time.Millisecond)
+				if spent%3 == 0 {
+					pm.Declined(time.Millisecond)
+					declined++
+				} else {
+					pm.Success(time.Millisecond)
+				}
 				spent++
 			case 2:
-				pm.Failure(time.Millisecond)
+				lostOrFailure(pm)
 				spent++
 			case 3:
 				pm.Release()
@@ -135,6 +165,21 @@ func runOps(t *testing.T, ops []byte, striped bool) {
 	}
 	if got := n["rate-enter"] - n["rate-exit(refund)"]; got != spent {
 		t.Fatalf("%d tokens kept by the events, %d attempts reached the wire", got, spent)
+	}
+	if th := p.Throttle(); th != nil {
+		// Counted: the attempts it let through, less those a later guard
+		// refused or that said nothing of the upstream; and those it refused.
+		req, acc := th.Counts()
+		want := n["throttle-enter"] + n["throttle-reject"] - n["throttle-exit(refund)"]
+		if accepted := n["circuit-exit(success)"] - declined; req != int64(want) || acc != int64(accepted) {
+			t.Fatalf("throttle counts %d requests and %d accepts, want %d and %d (%v)", req, acc, want, accepted, n)
+		}
+		if got := n["throttle-enter"]; got != n["throttle-exit"]+n["throttle-exit(refund)"] {
+			t.Fatalf("throttle: %d entered, %d exited, %d refunded", got, n["throttle-exit"], n["throttle-exit(refund)"])
+		}
+	}
+	if l := p.Bulkhead().Limit(); l < 1 || l > 2 {
+		t.Fatalf("bulkhead limit %d out of [1, 2]", l)
 	}
 	m := p.Breaker().Metrics()
 	if m.TrialsInFlight != 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/mutate"
 )
@@ -39,6 +40,12 @@ type Config struct {
 	Circuit  circuit.Config
 	Rate     ratelimit.Config
 	Bulkhead bulkhead.Config
+
+	// Throttle is client-side throttling, between the circuit breaker and
+	// the rate limiter: a throttled attempt spends no rate token and no
+	// bulkhead slot, and is a local rejection like theirs. Off unless
+	// Throttle.Enabled.
+	Throttle throttle.Config
 
 	// RateGuard, if set, supplies a rate guard kept outside the pipeline
 	// (a limit shared by a fleet of processes, say): New calls it with
@@ -83,10 +90,11 @@ type Pipeline struct {
 	limiter  *ratelimit.Limiter
 	shared   RateGuard // in place of limiter, when set
 	bulkhead *bulkhead.Bulkhead
+	throttle *throttle.Throttle
 	onEvent  func(Event)
 
 	// Preallocated rejections, so that fast failure does not allocate.
-	errOpen, errHalfOpenFull, errLimited, errFull *RejectedError
+	errOpen, errHalfOpenFull, errLimited, errFull, errThrottled *RejectedError
 }
 
 // New validates cfg and builds the guards. Errors name the offending field.
@@ -117,6 +125,9 @@ func New(cfg Config) (*Pipeline, error) {
 	if p.bulkhead, err = bulkhead.New(cfg.Bulkhead); err != nil {
 		return nil, cfgerr.In("admission", "Bulkhead", err)
 	}
+	if p.throttle, err = throttle.New(cfg.Throttle); err != nil {
+		return nil, cfgerr.In("admission", "Throttle", err)
+	}
 	rejected := func(g Guard, err error) *RejectedError {
 		return &RejectedError{Upstream: cfg.Upstream, Guard: g, Err: err}
 	}
@@ -124,6 +135,7 @@ func New(cfg Config) (*Pipeline, error) {
 	p.errHalfOpenFull = rejected(Circuit, circuit.ErrHalfOpenFull)
 	p.errLimited = rejected(Rate, ratelimit.ErrLimited)
 	p.errFull = rejected(Bulkhead, bulkhead.ErrFull)
+	p.errThrottled = rejected(Throttle, throttle.ErrThrottled)
 	return p, nil
 }
 
@@ -143,7 +155,11 @@ func (p *Pipeline) RateGuard() RateGuard { return p.shared }
 // Bulkhead returns the pipeline's bulkhead; nil means no limit.
 func (p *Pipeline) Bulkhead() *bulkhead.Bulkhead { return p.bulkhead }
 
-// Acquire admits one attempt: circuit, then rate limiter, then bulkhead. On
+// Throttle returns the pipeline's client-side throttle; nil means none.
+func (p *Pipeline) Throttle() *throttle.Throttle { return p.throttle }
+
+// Acquire admits one attempt: circuit, then the throttle, the rate limiter
+// and the bulkhead. On
 // success the Permit holds all three and must be resolved exactly once; on
 // failure nothing is held and the error is a *RejectedError naming the guard
 // (errors.Is(err, ErrRejected) holds, and the guard's own sentinel or the
@@ -161,9 +177,18 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(Circuit, Enter, nil)
+	if p.throttle != nil {
+		if !p.throttle.Allow() {
+			p.event(Throttle, Reject, throttle.ErrThrottled)
+			p.releaseCircuit(&cp)
+			return Permit{}, p.errThrottled
+		}
+		p.event(Throttle, Enter, nil)
+	}
 	if p.limiter != nil && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
+			p.refundThrottle()
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Rate, err)
 		}
@@ -171,6 +196,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.shared != nil {
 		if err := p.take(ctx); err != nil {
 			p.event(Rate, Reject, err)
+			p.refundThrottle()
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Rate, err)
 		}
@@ -184,6 +210,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 			if !mutate.SkipRateRefundOnBulkheadRejection.Load() {
 				p.refundRate()
 			}
+			p.refundThrottle()
 			p.releaseCircuit(&cp)
 			return Permit{}, p.rejection(Bulkhead, err)
 		}
@@ -215,6 +242,15 @@ func (p *Pipeline) take(ctx context.Context) (err error) {
 	return p.shared.Take(ctx)
 }
 
+// refundThrottle takes the request of an attempt that a later guard refused
+// out of the throttle's count: the upstream never saw it.
+func (p *Pipeline) refundThrottle() {
+	if p.throttle != nil {
+		p.throttle.Refund()
+		p.event(Throttle, Refund, nil)
+	}
+}
+
 // refundRate gives back the rate token of an attempt that never reached the
 // wire.
 func (p *Pipeline) refundRate() {
@@ -238,6 +274,8 @@ func (p *Pipeline) rejection(g Guard, err error) error {
 		return p.errLimited
 	case bulkhead.ErrFull:
 		return p.errFull
+	case throttle.ErrThrottled:
+		return p.errThrottled
 	}
 	return &RejectedError{Upstream: p.upstream, Guard: g, Err: err}
 }
@@ -268,11 +306,24 @@ type Permit struct {
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
-// breaker uses elapsed to detect slow calls).
+// breaker uses elapsed to detect slow calls, an adaptive bulkhead to learn
+// its limit); the throttle counts it accepted.
 func (pm *Permit) Success(elapsed time.Duration) { pm.finish(Success, elapsed) }
 
-// Failure ends the attempt as an upstream failure that took elapsed.
+// Failure ends the attempt as an upstream failure that was answered (a 503,
+// say) after elapsed.
 func (pm *Permit) Failure(elapsed time.Duration) { pm.finish(Failure, elapsed) }
+
+// Declined ends the attempt as an answer after elapsed in which the upstream
+// declined the attempt for its own load (HTTP 429): a success for the
+// breaker (the upstream is up, and said so), a latency for an adaptive
+// bulkhead, but not an accepted request for the throttle.
+func (pm *Permit) Declined(elapsed time.Duration) { pm.finish(declinedKind, elapsed) }
+
+// Lost ends the attempt as an upstream failure without an answer (a
+// timeout, a connection lost) after elapsed: a failure for the breaker, and
+// no latency for an adaptive bulkhead, which learns only from answers.
+func (pm *Permit) Lost(elapsed time.Duration) { pm.finish(lost, elapsed) }
 
 // Release ends an attempt that reached the wire but whose result says
 // nothing about the upstream (the caller cancelled it, for one): the breaker
@@ -286,6 +337,12 @@ func (pm *Permit) Cancel() { pm.finish(Refund, 0) }
 // Held reports whether the permit is still held (admitted and not resolved).
 func (pm *Permit) Held() bool { return pm.p != nil }
 
+// The Kinds finish is given by Lost and Declined; no Event carries them.
+const (
+	lost         Kind = 0xff
+	declinedKind Kind = 0xfe
+)
+
 func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	p := pm.p
 	if p == nil {
@@ -293,7 +350,19 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		p.bulkhead.Release()
+		if k == Success || k == Failure || k == declinedKind {
+			if p.onEvent != nil && p.bulkhead.Adaptive() {
+				before := p.bulkhead.Limit()
+				p.bulkhead.ReleaseAfter(elapsed)
+				if after := p.bulkhead.Limit(); after != before {
+					p.emit(Event{Upstream: p.upstream, Guard: Bulkhead, Kind: LimitChanged, Limit: [2]int{before, after}})
+				}
+			} else {
+				p.bulkhead.ReleaseAfter(elapsed)
+			}
+		} else {
+			p.bulkhead.Release()
+		}
 		p.event(Bulkhead, Exit, nil)
 	}
 	if k == Refund {
@@ -301,13 +370,25 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	} else if p.limiter != nil || p.shared != nil {
 		p.event(Rate, Exit, nil)
 	}
+	if p.throttle != nil {
+		switch k {
+		case Success:
+			p.throttle.Accept()
+			p.event(Throttle, Exit, nil)
+		case Failure, lost, declinedKind:
+			p.throttle.Fail()
+			p.event(Throttle, Exit, nil)
+		default: // it says nothing of the upstream
+			p.refundThrottle()
+		}
+	}
 	// The exit event goes first: a transition it causes follows it.
 	switch k {
-	case Success:
-		p.event(Circuit, k, nil)
+	case Success, declinedKind:
+		p.event(Circuit, Success, nil)
 		pm.circuit.Success(elapsed)
-	case Failure:
-		p.event(Circuit, k, nil)
+	case Failure, lost:
+		p.event(Circuit, Failure, nil)
 		pm.circuit.Failure(elapsed)
 	default:
 		p.event(Circuit, Release, nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -440,5 +441,120 @@ func TestAStripedPipelineKeepsItsLimitsAndLosesNothing(t *testing.T) {
 		if n := p.Bulkhead().InUse(); n != 0 {
 			t.Fatalf("round %d: %d slots still in use", round, n)
 		}
+	}
+}
+
+// A throttled attempt is a local rejection: it spends no rate token and no
+// bulkhead slot, gives the circuit permission back (a HALF_OPEN breaker
+// keeps its trial slots), and the breaker records nothing.
+func TestAThrottledAttemptIsALocalRejectionThatReleasesTheCircuitPermission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, r := newPipeline(t, admission.Config{Circuit: smallCircuit,
+			Throttle: throttle.Config{Enabled: true, K: 1, MaxRejection: 1},
+			Rate:     ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 100},
+			Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
+		for p.Breaker().State() != circuit.Open { // 4 failures, between throttled attempts
+			if pm, err := p.Acquire(context.Background()); err == nil {
+				pm.Failure(time.Millisecond)
+			}
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		r.take()
+		tokens := p.Limiter().Available()
+		throttled := 0
+		for range 50 {
+			pm, err := p.Acquire(context.Background())
+			if err == nil {
+				pm.Release()
+				continue
+			}
+			var re *admission.RejectedError
+			if !errors.Is(err, throttle.ErrThrottled) || !errors.As(err, &re) || re.Guard != admission.Throttle {
+				t.Fatalf("err = %v, want a throttle rejection", err)
+			}
+			throttled++
+		}
+		if throttled == 0 {
+			t.Fatal("nothing throttled: the test shows nothing")
+		}
+		spent := 50 - throttled
+		if got := p.Limiter().Available(); got != tokens-spent {
+			t.Fatalf("%d tokens left, want %d: throttled attempts spent rate tokens", got, tokens-spent)
+		}
+		if m := p.Breaker().Metrics(); m.State != circuit.HalfOpen || m.TrialsInFlight != 0 || m.Calls != 0 {
+			t.Fatalf("after throttled trials: %+v", m)
+		}
+		if !strings.Contains(r.take(), "circuit-enter, throttle-reject, circuit-release") {
+			t.Fatal("no throttle rejection among the events")
+		}
+	})
+}
+
+// An attempt a later guard refused never reached the upstream: the throttle
+// takes it back out of its count, so the client's own back-pressure never
+// raises the probability of throttling.
+func TestALaterGuardsRejectionIsTakenOutOfTheThrottlesCount(t *testing.T) {
+	p, _ := newPipeline(t, admission.Config{Circuit: smallCircuit,
+		Throttle: throttle.Config{Enabled: true}, Bulkhead: bulkhead.Config{MaxConcurrent: 1}})
+	held := acquire(t, p)
+	for range 1000 {
+		if _, err := p.Acquire(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
+			t.Fatalf("err = %v, want ErrFull", err)
+		}
+	}
+	held.Success(time.Millisecond)
+	if req, acc := p.Throttle().Counts(); req != 1 || acc != 1 || p.Throttle().Probability() != 0 {
+		t.Fatalf("throttle counts %d requests, %d accepts after 1000 bulkhead rejections", req, acc)
+	}
+}
+
+// Only answers move an adaptive limit: a local rejection, an attempt never
+// sent (Cancel), one cancelled by the caller or lost as a hedge (Release),
+// and a failure without an answer (Lost) leave it as it was.
+func TestLocalRejectionsNotSentAttemptsAndCancellationsNeverChangeTheAdaptiveLimit(t *testing.T) {
+	p, _ := newPipeline(t, admission.Config{Circuit: circuit.Config{WindowSize: 1000, MinimumCalls: 1000},
+		Rate:     ratelimit.Config{PerSecond: 1e9, Burst: 1_000_000},
+		Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 100, InitialConcurrent: 4}})
+	h := p.Bulkhead()
+	for i := range 600 { // 800 Lost: fewer than the breaker's minimum calls, which it would open at
+		var held []admission.Permit
+		for {
+			pm, err := p.Acquire(context.Background())
+			if err != nil {
+				break // the bulkhead is full: a local rejection
+			}
+			held = append(held, pm)
+		}
+		for j := range held {
+			switch (i + j) % 3 {
+			case 0:
+				held[j].Cancel()
+			case 1:
+				held[j].Release()
+			case 2:
+				held[j].Lost(time.Duration(i) * time.Millisecond)
+			}
+		}
+	}
+	if h.Windows() != 0 || h.Limit() != 4 || h.InUse() != 0 {
+		t.Fatalf("windows %d, limit %d, in use %d", h.Windows(), h.Limit(), h.InUse())
+	}
+	// Answers do move it.
+	for range 200 {
+		var held []admission.Permit
+		for {
+			pm, err := p.Acquire(context.Background())
+			if err != nil {
+				break
+			}
+			held = append(held, pm)
+		}
+		for j := range held {
+			held[j].Success(time.Millisecond)
+		}
+	}
+	if h.Windows() == 0 || h.Limit() <= 4 {
+		t.Fatalf("answers did not move the limit: windows %d, limit %d", h.Windows(), h.Limit())
 	}
 }

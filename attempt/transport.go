@@ -474,10 +474,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
-		finish(&pm, failed, elapsed)
+		finish(&pm, failed, declined(resp), elapsed)
 		return resp, nil
 	}
-	b := &body{rc: resp.Body, pm: pm, failed: failed, elapsed: elapsed, ctx: ctx, upstream: key, records: t.records, shut: &t.shut}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, records: t.records, shut: &t.shut}
 	if ctx.Done() != nil {
 		// The exchange ends with the attempt's context, whether or not the
 		// caller ever closes the body: the permit comes back then. (The
@@ -530,23 +530,33 @@ type wroteFlag struct{ atomic.Bool }
 
 func (w *wroteFlag) set() { w.Store(true) }
 
-// resolveFailed resolves the permit of a failed attempt: a failure if the
-// breaker records it (Config.BreakerRecords), else a release.
+// resolveFailed resolves the permit of an attempt that failed without an
+// answer: a failure if the breaker records it (Config.BreakerRecords), else
+// a release.
 func (t *Attempter) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) {
 	if t.records(ce) {
-		pm.Failure(time.Duration(clock.Now() - start))
+		pm.Lost(time.Duration(clock.Now() - start))
 	} else {
 		pm.Release()
 	}
 }
 
-func finish(pm *admission.Permit, failed bool, elapsed time.Duration) {
-	if failed {
+func finish(pm *admission.Permit, failed, declined bool, elapsed time.Duration) {
+	switch {
+	case failed:
 		pm.Failure(elapsed)
-	} else {
+	case declined:
+		pm.Declined(elapsed)
+	default:
 		pm.Success(elapsed)
 	}
 }
+
+// declined reports whether the upstream answered that it would not take the
+// request for its own load (429 Too Many Requests): not an upstream failure
+// unless Config.IsFailure says so, but not an accepted request for a
+// client-side throttle either.
+func declined(resp *http.Response) bool { return resp.StatusCode == http.StatusTooManyRequests }
 
 // withCause makes sure an error of an attempt ended by its per-attempt
 // timeout says so on every protocol: net/http returns the context's cause for
@@ -578,6 +588,7 @@ type body struct {
 	ctx      context.Context
 	upstream string
 	failed   bool
+	declined bool // see declined
 	elapsed  time.Duration
 	stop     func() bool                // stops the context.AfterFunc, if one was set
 	records  func(*classify.Error) bool // Config.BreakerRecords
@@ -665,5 +676,5 @@ func (b *body) end(failed, release bool) {
 		b.pm.Release()
 		return
 	}
-	finish(&b.pm, failed, b.elapsed)
+	finish(&b.pm, failed, b.declined, b.elapsed)
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/throttle"
 )
 
 // work is the trivial function every composition admits.
@@ -40,6 +42,22 @@ type outboundAdmitter struct {
 
 func newOutbound(tb testing.TB) *admission.Pipeline {
 	p, err := admission.New(outboundAdmissionConfig("bench"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// newOutboundAdaptive is newOutbound with the client-side throttle on and
+// the bulkhead's limit adaptive (from MaxConcurrent down to no fewer than
+// the goroutines of a parallel run, which never reject).
+func newOutboundAdaptive(tb testing.TB) *admission.Pipeline {
+	cfg := outboundAdmissionConfig("bench")
+	cfg.Bulkhead.Adaptive = true
+	cfg.Bulkhead.InitialConcurrent = bulkheadSlots
+	cfg.Bulkhead.MinConcurrent = min(bulkheadSlots, runtime.GOMAXPROCS(0)+1)
+	cfg.Throttle = throttle.Config{Enabled: true}
+	p, err := admission.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -152,6 +170,7 @@ var admitters = []struct {
 	{"baseline", func(testing.TB) admitter { return newBaseline() }},
 	{"outbound", func(tb testing.TB) admitter { return outboundAdmitter{p: newOutbound(tb)} }},
 	{"outbound-timed", func(tb testing.TB) admitter { return outboundAdmitter{p: newOutbound(tb), timed: true} }},
+	{"outbound-adaptive", func(tb testing.TB) admitter { return outboundAdmitter{p: newOutboundAdaptive(tb)} }},
 	{"gobreaker", func(testing.TB) admitter { return newGobreaker() }},
 	{"failsafe", func(testing.TB) admitter { return newFailsafe() }},
 }
@@ -161,7 +180,9 @@ var admitters = []struct {
 // ("sequential") and from GOMAXPROCS goroutines ("parallel", RunParallel).
 // "baseline" is x/time/rate's Allow plus a buffered channel, with no breaker.
 // "outbound-timed" also measures the call's duration for the breaker's
-// slow-call detection, as a caller of admission.Pipeline does.
+// slow-call detection, as a caller of admission.Pipeline does;
+// "outbound-adaptive" has the client-side throttle on and an adaptive
+// bulkhead.
 func BenchmarkAdmission(b *testing.B) {
 	for _, c := range admitters {
 		b.Run(c.name, func(b *testing.B) {

@@ -37,6 +37,16 @@ var states = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, 
 //   - outbound.breaker.not_permitted_calls (gauge, "{call}"): the calls
 //     refused since the breaker entered its current state.
 //
+// And, read the same way (Transport.Upstream), the other guards' state:
+//
+//   - outbound.concurrency.limit and outbound.concurrency.in_flight
+//     (gauges, "{attempt}"): the bulkhead's limit (the adaptive limit as it
+//     is now, or MaxConcurrent) and the attempts holding a slot; for
+//     upstreams with a bulkhead.
+//   - outbound.throttle.rejection_probability (gauge, "1"): the probability
+//     with which the client-side throttle refuses the next attempt; for
+//     upstreams with a throttle.
+//
 // Each is reported per outbound.upstream. An upstream appears with its first
 // call and leaves when t forgets it. Call it once per Transport, with the
 // same MeterProvider as Hooks; unregister the returned Registration when the
@@ -70,11 +80,18 @@ func ObserveBreakers(t *outbound.Transport, opts ...Option) (metric.Registration
 		failed:       intGauge("outbound.breaker.failed_calls", "{call}", "Failed calls in the breaker's window."),
 		slow:         intGauge("outbound.breaker.slow_calls", "{call}", "Slow calls in the breaker's window."),
 		notPermitted: intGauge("outbound.breaker.not_permitted_calls", "{call}", "Calls refused since the breaker entered its state."),
+		limit:        intGauge("outbound.concurrency.limit", "{attempt}", "The bulkhead's limit: the adaptive limit as it is now, or its MaxConcurrent."),
+		inFlight:     intGauge("outbound.concurrency.in_flight", "{attempt}", "Attempts holding a bulkhead slot."),
 	}
+	var err error
+	o.throttle, err = m.Float64ObservableGauge("outbound.throttle.rejection_probability", metric.WithUnit("1"),
+		metric.WithDescription("Probability with which the client-side throttle refuses the next attempt."))
+	errs = errors.Join(errs, err)
 	if errs != nil {
 		return nil, errs
 	}
-	return m.RegisterCallback(o.observe, o.state, o.generation, o.failureRate, o.slowRate, o.buffered, o.failed, o.slow, o.notPermitted)
+	return m.RegisterCallback(o.observe, o.state, o.generation, o.failureRate, o.slowRate, o.buffered, o.failed, o.slow, o.notPermitted,
+		o.limit, o.inFlight, o.throttle)
 }
 
 type breakerObserver struct {
@@ -82,6 +99,8 @@ type breakerObserver struct {
 	state, generation                    metric.Int64ObservableGauge
 	failureRate, slowRate                metric.Float64ObservableGauge
 	buffered, failed, slow, notPermitted metric.Int64ObservableGauge
+	limit, inFlight                      metric.Int64ObservableGauge
+	throttle                             metric.Float64ObservableGauge
 
 	mu    sync.Mutex
 	attrs map[string]*breakerAttrs // by upstream: those of the last collection
@@ -126,6 +145,15 @@ func (o *breakerObserver) observe(_ context.Context, obs metric.Observer) error 
 		obs.ObserveInt64(o.failed, int64(b.Failed), a.upstream...)
 		obs.ObserveInt64(o.slow, int64(b.Slow), a.upstream...)
 		obs.ObserveInt64(o.notPermitted, b.NotPermitted, a.upstream...)
+		if u, ok := o.t.Upstream(up); ok {
+			if u.Limit > 0 {
+				obs.ObserveInt64(o.limit, int64(u.Limit), a.upstream...)
+				obs.ObserveInt64(o.inFlight, int64(u.InFlight), a.upstream...)
+			}
+			if u.ThrottleProbability >= 0 {
+				obs.ObserveFloat64(o.throttle, u.ThrottleProbability, a.upstream...)
+			}
+		}
 	}
 	o.attrs = attrs
 	return nil

@@ -20,7 +20,9 @@ import (
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	outboundotel "github.com/outboundhq/outbound/otel"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/retry"
@@ -637,5 +639,23 @@ func TestAForgottenUpstreamLeavesTheBreakerGauge(t *testing.T) {
 		if g := m.Data.(metricdata.Gauge[int64]); len(g.DataPoints) != 0 {
 			t.Fatalf("the forgotten upstream is still reported: %v", sums(t, ms, "outbound.breaker.state", "{state}"))
 		}
+	}
+}
+
+func TestTheConcurrencyLimitAndTheThrottleAreReported(t *testing.T) {
+	e := newEnv(t, outboundtest.HTTP1, outbound.Config{MaxAttempts: 1,
+		Admission: admission.Config{Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 64, InitialConcurrent: 8},
+			Throttle: throttle.Config{Enabled: true, K: 1}}})
+	e.s.SetDefault(outboundtest.Respond(429))
+	if _, err := e.get(t, context.Background(), "/"); err != nil {
+		t.Fatal(err)
+	}
+	ms := e.collect(t)
+	up := "outbound.upstream=" + e.upstream
+	wantCounts(t, "outbound.concurrency.limit", sums(t, ms, "outbound.concurrency.limit", "{attempt}"), map[string]int64{up: 8})
+	wantCounts(t, "outbound.concurrency.in_flight", sums(t, ms, "outbound.concurrency.in_flight", "{attempt}"), map[string]int64{up: 0})
+	g, ok := ms["outbound.throttle.rejection_probability"].Data.(metricdata.Gauge[float64])
+	if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 0.5 { // 1 request, not accepted: (1-0)/(1+1)
+		t.Fatalf("outbound.throttle.rejection_probability: %+v", ms["outbound.throttle.rejection_probability"])
 	}
 }

@@ -45,6 +45,23 @@ type Config struct {
 	// attempt that finds the bulkhead full is rejected at once. The wait
 	// also ends, with the context's error, when the context is done.
 	MaxWait time.Duration
+
+	// Adaptive makes the limit move between MinConcurrent and
+	// MaxConcurrent, learned from the latency of answered attempts (see
+	// ReleaseAfter): it comes down when answers get slower than the
+	// upstream's uncongested latency by more than Tolerance — the upstream
+	// is queueing — and goes up while they do not and the limit is
+	// reached. An adaptive bulkhead is never striped.
+	Adaptive bool
+
+	// MinConcurrent is the lowest the adaptive limit goes (default 1);
+	// InitialConcurrent where it starts (default 20, within the bounds).
+	MinConcurrent, InitialConcurrent int
+
+	// Tolerance is how much slower than uncongested answers may get before
+	// the adaptive limit comes down: 0.1 (the default) means 10%. Answers
+	// whose latency varies a lot from one to the next need a larger one.
+	Tolerance float64
 }
 
 // Bulkhead limits concurrency. It is safe for concurrent use. A nil *Bulkhead
@@ -56,6 +73,7 @@ type Bulkhead struct {
 	contended atomic.Int64 // failed compare-and-swaps on free, until striped
 	max       int64
 	maxWait   time.Duration
+	ad        *adaptive // the adaptive mode, if on
 
 	mu      sync.Mutex
 	waiters []chan struct{}
@@ -73,14 +91,44 @@ func New(cfg Config) (*Bulkhead, error) {
 		if cfg.MaxWait != 0 {
 			return nil, cfgerr.New("bulkhead", "MaxWait", "needs MaxConcurrent > 0, got MaxConcurrent 0")
 		}
-		return nil, nil
+		if cfg.Adaptive {
+			return nil, cfgerr.New("bulkhead", "Adaptive", "needs MaxConcurrent > 0 (the highest the limit goes), got MaxConcurrent 0")
+		}
+	}
+	if err := validateAdaptive(cfg); err != nil || cfg.MaxConcurrent == 0 {
+		return nil, err
 	}
 	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait}
+	if cfg.Adaptive {
+		h.ad = newAdaptive(cfg)
+		return h, nil
+	}
 	h.free.Store(h.max)
 	if shard.Forced() {
 		h.stripe(true)
 	}
 	return h, nil
+}
+
+// validateAdaptive checks the fields of the adaptive mode.
+func validateAdaptive(cfg Config) error {
+	switch {
+	case !cfg.Adaptive && cfg.MinConcurrent != 0:
+		return cfgerr.New("bulkhead", "MinConcurrent", "needs Adaptive, got %d without it", cfg.MinConcurrent)
+	case !cfg.Adaptive && cfg.InitialConcurrent != 0:
+		return cfgerr.New("bulkhead", "InitialConcurrent", "needs Adaptive, got %d without it", cfg.InitialConcurrent)
+	case !cfg.Adaptive && cfg.Tolerance != 0:
+		return cfgerr.New("bulkhead", "Tolerance", "needs Adaptive, got %v without it", cfg.Tolerance)
+	case cfg.MinConcurrent < 0 || cfg.MinConcurrent > cfg.MaxConcurrent:
+		return cfgerr.New("bulkhead", "MinConcurrent", "must be in [0, MaxConcurrent %d], got %d", cfg.MaxConcurrent, cfg.MinConcurrent)
+	case cfg.InitialConcurrent < 0 || cfg.InitialConcurrent > cfg.MaxConcurrent ||
+		cfg.InitialConcurrent != 0 && cfg.InitialConcurrent < cfg.MinConcurrent:
+		return cfgerr.New("bulkhead", "InitialConcurrent", "must be 0 or in [MinConcurrent %d, MaxConcurrent %d], got %d",
+			cfg.MinConcurrent, cfg.MaxConcurrent, cfg.InitialConcurrent)
+	case !(cfg.Tolerance >= 0 && cfg.Tolerance <= 10): // NaN too
+		return cfgerr.New("bulkhead", "Tolerance", "must be in [0, 10], got %v", cfg.Tolerance)
+	}
+	return nil
 }
 
 // Acquire takes a slot, waiting for one at most the configured MaxWait. It
@@ -103,6 +151,9 @@ func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
 // processor is fastest; 0 means none (the bulkhead looks the processor up
 // itself). The slot goes back with release, the same hint sparing a look-up.
 func (h *Bulkhead) tryAcquire(hint uint32) bool {
+	if h.ad != nil {
+		return h.ad.tryAcquire()
+	}
 	if s := h.stripes.Load(); s != nil {
 		return h.tryStriped(s, s.Choose(hint))
 	}
@@ -125,6 +176,9 @@ func (h *Bulkhead) tryAcquire(hint uint32) bool {
 // contention counts a failed compare-and-swap on the pool and stripes the
 // bulkhead once there have been enough.
 func (h *Bulkhead) contention() {
+	if h.ad != nil {
+		return
+	}
 	if h.contended.Add(1) == shard.After && shard.Worthwhile() {
 		h.stripe(false)
 	}
@@ -194,8 +248,34 @@ func (h *Bulkhead) refill(s *shard.Stripes, c uint32) bool {
 // the shared pool).
 func (h *Bulkhead) Release() { h.release(0) }
 
+// ReleaseAfter is Release for an attempt that was answered after elapsed
+// (from its admission to its answer's head): an adaptive bulkhead learns its
+// limit from that latency. Give back every other attempt with Release: one
+// refused later in the pipeline, never sent, cancelled, or failed without an
+// answer.
+func (h *Bulkhead) ReleaseAfter(elapsed time.Duration) {
+	if h != nil && h.ad != nil {
+		h.releaseAdaptive(elapsed, true)
+		return
+	}
+	h.release(0)
+}
+
+// releaseAdaptive gives a slot back to an adaptive bulkhead, and wakes one
+// waiter for it and one for each slot by which the limit grew.
+func (h *Bulkhead) releaseAdaptive(elapsed time.Duration, answered bool) {
+	grew := h.ad.release(elapsed, answered)
+	for i := int64(0); i <= grew && h.waiting.Load() > 0; i++ {
+		h.wakeOne()
+	}
+}
+
 func (h *Bulkhead) release(hint uint32) {
 	if h == nil {
+		return
+	}
+	if h.ad != nil {
+		h.releaseAdaptive(0, false)
 		return
 	}
 	if s := h.stripes.Load(); s != nil {
@@ -299,6 +379,9 @@ func (h *Bulkhead) InUse() int {
 	if h == nil {
 		return 0
 	}
+	if h.ad != nil {
+		return int(min(max(h.ad.inUse.Load(), 0), h.max))
+	}
 	n := h.max - h.free.Load()
 	if s := h.stripes.Load(); s != nil {
 		n -= s.Sum()
@@ -306,7 +389,8 @@ func (h *Bulkhead) InUse() int {
 	return int(min(max(n, 0), h.max))
 }
 
-// Capacity reports the number of slots (0 for a nil, unlimited Bulkhead).
+// Capacity reports the number of slots (0 for a nil, unlimited Bulkhead):
+// for an adaptive one, the most the limit may reach (see Limit).
 func (h *Bulkhead) Capacity() int {
 	if h == nil {
 		return 0

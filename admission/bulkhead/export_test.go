@@ -19,3 +19,7 @@ func TryAcquireHint(h *Bulkhead, hint uint32) bool { return h == nil || h.tryAcq
 
 // ReleaseHint gives a slot back into the cell hint chooses.
 func ReleaseHint(h *Bulkhead, hint uint32) { h.release(hint) }
+
+// MinWindow is the fewest answers in a sampling window of an adaptive
+// bulkhead.
+const MinWindow = minWindow

@@ -209,7 +209,53 @@ func (r *Registry) Text() string {
 		fmt.Fprintf(&b, "%s_sum%s %g\n%s_count%s %d\n", duration.name, ls, h.sum, duration.name, ls, h.n)
 	}
 	r.breakers(&b, head)
+	r.guards(&b, head)
 	return b.String()
+}
+
+// guardFamilies are the figures of each upstream's bulkhead and throttle,
+// read from Transport.Upstream; a figure that does not apply (no bulkhead,
+// no throttle) is left out.
+var guardFamilies = []struct {
+	family
+	value func(outbound.UpstreamState) (float64, bool)
+}{
+	{family{"outbound_concurrency_in_flight", "Attempts holding a bulkhead slot.", "gauge", []string{upstream}},
+		func(s outbound.UpstreamState) (float64, bool) { return float64(s.InFlight), s.Limit > 0 }},
+	{family{"outbound_concurrency_limit", "The bulkhead's limit: the adaptive limit as it is now, or its MaxConcurrent.", "gauge", []string{upstream}},
+		func(s outbound.UpstreamState) (float64, bool) { return float64(s.Limit), s.Limit > 0 }},
+	{family{"outbound_throttle_rejection_probability", "Probability with which the client-side throttle refuses the next attempt.", "gauge", []string{upstream}},
+		func(s outbound.UpstreamState) (float64, bool) {
+			return s.ThrottleProbability, s.ThrottleProbability >= 0
+		}},
+}
+
+// guards renders the figures of the observed transports' bulkheads and
+// throttles.
+func (r *Registry) guards(b *strings.Builder, head func(family)) {
+	snap := map[string]outbound.UpstreamState{}
+	for _, t := range r.transports {
+		for _, up := range t.Upstreams() {
+			if s, ok := t.Upstream(up); ok {
+				snap[up] = s
+			}
+		}
+	}
+	ups := slices.Sorted(maps.Keys(snap))
+	for _, f := range guardFamilies {
+		headed := false
+		for _, up := range ups {
+			v, ok := f.value(snap[up])
+			if !ok {
+				continue
+			}
+			if !headed {
+				head(f.family)
+				headed = true
+			}
+			fmt.Fprintf(b, "%s%s %g\n", f.name, labelString(f.labels, []string{up}), v)
+		}
+	}
 }
 
 // breakers renders the figures of the observed transports' breakers.

@@ -10,7 +10,9 @@ import (
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/internal/metrics"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/retry"
@@ -90,5 +92,38 @@ func TestLabelValuesAreEscaped(t *testing.T) {
 	reg.Hooks().BudgetExhausted(context.Background(), "a\"b\\c\nd")
 	if text := reg.Text(); !strings.Contains(text, `outbound_retry_budget_exhausted_total{outbound_upstream="a\"b\\c\nd"} 1`) {
 		t.Fatal(text)
+	}
+}
+
+func TestRegistryReportsTheConcurrencyLimitInFlightAndTheThrottle(t *testing.T) {
+	s := outboundtest.NewServer(outboundtest.H2C)
+	defer s.Close()
+	reg := metrics.New()
+	tr, err := outbound.New(outbound.Config{Transport: s.Transport(), Hooks: reg.Hooks(), MaxAttempts: 1,
+		Admission: admission.Config{Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 64, InitialConcurrent: 8},
+			Throttle: throttle.Config{Enabled: true, K: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	reg.Observe(tr)
+	s.SetDefault(outboundtest.Respond(429))
+	req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	text := reg.Text()
+	up := `{outbound_upstream="` + s.URL + `"}`
+	for _, want := range []string{
+		"# TYPE outbound_concurrency_limit gauge",
+		"outbound_concurrency_limit" + up + " 8",
+		"outbound_concurrency_in_flight" + up + " 0",
+		"outbound_throttle_rejection_probability" + up + " 0.5", // 1 request, not accepted: (1-0)/(1+1)
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %s\n%s", want, text)
+		}
 	}
 }

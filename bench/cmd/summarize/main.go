@@ -278,6 +278,13 @@ func (s *summary) targets(w io.Writer) {
 		f := rat("Admission/failsafe/"+mode, ob, "ns/op")
 		row("admission ("+mode+"): ≥ 5× faster than failsafe-go", num(f)+"× faster", f >= 5)
 	}
+	if ad := "Admission/outbound-adaptive/sequential"; len(s.values(ad, "ns/op")) > 0 {
+		a := med(ad, "allocs/op")
+		row("admission with the throttle and an adaptive bulkhead (sequential): 0 allocs/op", num(a)+" allocs/op", a == 0)
+		r := rat(ad, "Admission/baseline/sequential", "ns/op")
+		row("admission with the throttle and an adaptive bulkhead (sequential): ≤ 0.6× x/time/rate + channel",
+			fmt.Sprintf("%s× (%s ns/op)", ratio(r), num(med(ad, "ns/op"))), r <= 0.6)
+	}
 	for _, lib := range []string{"outbound", "baseline", "gobreaker", "failsafe"} {
 		sp := rat("Admission/"+lib+"/sequential", "Admission/"+lib+"/parallel", "ns/op")
 		if lib == "outbound" {

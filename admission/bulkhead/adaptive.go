@@ -1,0 +1,280 @@
+package bulkhead
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The adaptive mode (Config.Adaptive) learns the limit from the latency of
+// answered attempts, in windows of at least minWindow answers (and at least
+// the limit's worth, about one round trip of every slot). Each window's mean
+// latency is compared with the uncongested latency, the lowest window mean
+// of the last baselineWindows windows:
+//
+//   - more than Tolerance above it, the upstream is queueing: with a queue
+//     of q attempts ahead of its capacity C, latency grows as (C+q)/C, so
+//     the limit is scaled down by the ratio, to within half the tolerance
+//     above the capacity, in one window;
+//   - less than a quarter of the tolerance above it, and the limit was
+//     reached in the window (the demand is there), the limit doubles (from
+//     the default of 20, a capacity of 800 is found in 7 windows):
+//     a limit that is never reached never grows, so it cannot creep upward
+//     at a constant load below it;
+//   - in between, it holds.
+//
+// A sample is counted at most maxSampleRatio times the uncongested latency,
+// so a slow tail (a few answers 100 times slower, which is not queueing)
+// moves a window's mean little, while a real queue still shows in every
+// answer. Only answered attempts feed it: a local rejection, an attempt that
+// was never sent, one the caller cancelled or a hedge cancelled as the loser
+// is released without a latency (Release), and a failure without an answer
+// (a timeout) says nothing about the queue either: an upstream that drops
+// every request for a while leaves the limit where it was.
+const (
+	minWindow       = 50
+	defaultInitial  = 20
+	baselineWindows = 32
+	maxSampleRatio  = 3
+	refreshEvery    = baselineWindows / 2
+	growth          = 2
+)
+
+type adaptive struct {
+	min, max int64
+	tol      float64
+
+	limit   atomic.Int64
+	inUse   atomic.Int64
+	reached atomic.Bool // the limit was reached in the window in progress
+
+	skip  atomic.Int64 // answers not to count: attempts admitted before the last window closed
+	count atomic.Int64 // answers in the window in progress
+	sq    atomic.Int64 // the squares of their latencies, in units of unit
+	unit  atomic.Int64 // ns: base/1024, so that squares cannot overflow; 0 before the first window
+	sum   atomic.Int64 // their latencies, capped (nanoseconds)
+	size  atomic.Int64 // answers that close the window
+	base  atomic.Int64 // the uncongested latency (ns); 0 before the first window
+	wins  atomic.Int64 // windows closed
+
+	mu        sync.Mutex
+	means     [baselineWindows]int64 // the last windows' mean latencies, a ring
+	next      int
+	probe     int64 // probing down (see next2): the last limit above the capacity, 0 if not
+	probeMean int64 // the mean latency at probe
+	// The limit of the last probe window whose latency was lower than the
+	// one before it, and that latency: above the capacity if halving it
+	// lowers the latency again.
+	candidate, candidateMean int64
+	resume                   int64   // the limit to return to after a refresh window, 0 if none
+	clean                    int     // windows in a row that grew the limit
+	noise                    float64 // the relative standard error of a window's mean, smoothed
+	queued                   bool    // a window has shown a queue: the limit left its slow start
+}
+
+func newAdaptive(cfg Config) *adaptive {
+	a := &adaptive{min: int64(cfg.MinConcurrent), max: int64(cfg.MaxConcurrent), tol: cfg.Tolerance}
+	if a.min == 0 {
+		a.min = 1
+	}
+	if a.tol == 0 {
+		a.tol = 0.1
+	}
+	initial := int64(cfg.InitialConcurrent)
+	if initial == 0 {
+		initial = min(a.max, max(a.min, defaultInitial))
+	}
+	a.limit.Store(initial)
+	a.size.Store(max(initial, minWindow))
+	return a
+}
+
+func (a *adaptive) tryAcquire() bool {
+	for {
+		n, l := a.inUse.Load(), a.limit.Load()
+		if n >= l {
+			a.markReached()
+			return false
+		}
+		if a.inUse.CompareAndSwap(n, n+1) {
+			if n+1 >= l {
+				a.markReached()
+			}
+			return true
+		}
+	}
+}
+
+func (a *adaptive) markReached() {
+	if !a.reached.Load() {
+		a.reached.Store(true)
+	}
+}
+
+// release gives a slot back; answered says that elapsed is the latency of
+// an answer, which the limit learns from. It reports by how much the limit
+// grew (the waiters to wake beyond the one the slot is for).
+func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
+	n := a.inUse.Add(-1)
+	if n < 0 {
+		panic("bulkhead: released more than held")
+	}
+	if !answered {
+		return 0
+	}
+	if a.skip.Load() > 0 && a.skip.Add(-1) >= 0 {
+		// The answer of an attempt in flight when the last window closed:
+		// admitted under the limit before, it tells of that one.
+		return 0
+	}
+	ns := max(int64(elapsed), 1)
+	if b := a.base.Load(); b > 0 {
+		ns = min(ns, maxSampleRatio*b)
+	}
+	a.sum.Add(ns)
+	if u := a.unit.Load(); u > 0 {
+		x := ns / u
+		a.sq.Add(x * x)
+	}
+	if a.count.Add(1) < a.size.Load() {
+		return 0
+	}
+	return a.closeWindow()
+}
+
+// closeWindow ends the window in progress and adjusts the limit.
+func (a *adaptive) closeWindow() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.count.Load() < a.size.Load() {
+		return 0 // another release closed it
+	}
+	n := a.count.Swap(0)
+	sum := a.sum.Swap(0)
+	sq, unit := a.sq.Swap(0), a.unit.Load()
+	reached := a.reached.Swap(false)
+	mean := sum / n
+	l := a.limit.Load()
+	a.means[a.next] = mean
+	a.next = (a.next + 1) % baselineWindows
+	before := a.base.Load()
+	base := mean
+	for _, m := range a.means {
+		if m > 0 && m < base {
+			base = m
+		}
+	}
+	a.base.Store(base)
+	w := a.wins.Add(1)
+
+	if unit > 0 {
+		// The standard error of a window's mean, relative to it, smoothed
+		// over windows: the lowest of baselineWindows noisy means is
+		// about two of them below the true one.
+		u := float64(unit)
+		v := max(float64(sq)/float64(n)*u*u-float64(mean)*float64(mean), 0)
+		a.noise = 0.8*a.noise + 0.2*math.Sqrt(v/float64(n))/float64(mean)
+	}
+	a.unit.Store(max(base/1024, 1))
+	nl := a.next2(l, mean, base, before, reached)
+	if a.queued && a.probe == 0 && a.resume == 0 && w%refreshEvery == 0 {
+		// At the limit it settles at, every answer waits a little in the
+		// queue: the uncongested latency is seen only below it. Once in a
+		// while one window runs a tolerance lower, so that the lowest
+		// latency in the ring stays an uncongested one and the limit
+		// cannot creep up as older windows leave the ring.
+		a.resume = nl
+		nl = int64(math.Floor(float64(nl) / (1 + a.tol)))
+	}
+	nl = min(max(nl, a.min), a.max)
+	a.limit.Store(nl)
+	a.size.Store(max(nl, minWindow))
+	if nl != l {
+		a.skip.Store(a.inUse.Load())
+	}
+	return max(nl-l, 0)
+}
+
+// next2 returns the limit after a window at limit l whose mean latency was
+// mean, the uncongested latency being base now and before before it.
+func (a *adaptive) next2(l, mean, base, before int64, reached bool) int64 {
+	// Both thresholds move up by three standard errors, so that noisy
+	// answers neither look like a queue nor hide one.
+	ratio := float64(mean)/float64(base) - 3*a.noise
+	switch {
+	case a.probe > 0:
+		// Probing down: a window at half the limit before it. Lower
+		// latency by more than the tolerance means the limit before
+		// was above the capacity, and the baseline was a queue's: halve
+		// again. Otherwise the limit before was not: go back to the last
+		// one that was, scaled by its latency over the baseline now known.
+		if float64(mean) < float64(before)*(1-a.tol) && l/2 >= a.min {
+			if a.candidate > 0 { // the probe before this one was above it
+				a.probe, a.probeMean = a.candidate, a.candidateMean
+			}
+			a.candidate, a.candidateMean = l, mean
+			return l / 2
+		}
+		nl := a.probe
+		if r := float64(a.probeMean) / float64(base); r > 1+a.tol {
+			nl = int64(math.Floor(float64(nl) * (1 + a.tol/2) / r))
+		}
+		a.probe, a.candidate = 0, 0
+		return nl
+	case a.resume > 0: // a refresh window: back to where it was
+		nl := a.resume
+		a.resume = 0
+		return nl
+	case ratio > 1+a.tol:
+		nl := int64(math.Floor(float64(l) * (1 + a.tol/2) / ratio))
+		if !a.queued {
+			// The first queue seen. The baseline came from the slow
+			// start, which may have begun above the capacity (its every
+			// window queued): probe down from half the new limit.
+			a.queued = true
+			a.probe, a.probeMean = l, mean
+			nl /= 2
+		}
+		a.clean = 0
+		return nl
+	case ratio < 1+a.tol/4 && reached:
+		// Slow start: until a queue shows, it doubles. Then a quarter of
+		// the tolerance, three times as much for every window in a row
+		// that grew it: near the capacity it creeps up to where the queue
+		// starts to show; far below it (the capacity grew) it doubles
+		// again within a few windows.
+		f := float64(growth)
+		if a.queued {
+			f = min(1+a.tol/4*math.Pow(3, float64(min(a.clean, 20))), growth)
+		}
+		a.clean++
+		return int64(math.Ceil(float64(l) * f))
+	}
+	a.clean = 0
+	return l
+}
+
+// Limit reports the current limit of an adaptive Bulkhead, or MaxConcurrent
+// for a fixed one (0 for a nil, unlimited Bulkhead).
+func (h *Bulkhead) Limit() int {
+	switch {
+	case h == nil:
+		return 0
+	case h.ad != nil:
+		return int(h.ad.limit.Load())
+	}
+	return int(h.max)
+}
+
+// Adaptive reports whether the limit is adaptive (Config.Adaptive).
+func (h *Bulkhead) Adaptive() bool { return h != nil && h.ad != nil }
+
+// Windows reports how many sampling windows an adaptive Bulkhead has closed
+// (each may have moved the limit); 0 for a fixed one.
+func (h *Bulkhead) Windows() int {
+	if h == nil || h.ad == nil {
+		return 0
+	}
+	return int(h.ad.wins.Load())
+}
