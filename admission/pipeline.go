@@ -177,15 +177,18 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(Circuit, Enter, nil)
+	var took bool // a rate token, on the clock read for the throttle
 	if p.throttle != nil {
-		if !p.throttle.Allow() {
+		now := ratelimit.Now()
+		if !p.throttle.AllowAt(now) {
 			p.event(Throttle, Reject, throttle.ErrThrottled)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.errThrottled
 		}
 		p.event(Throttle, Enter, nil)
+		took = p.limiter != nil && p.limiter.TryAcquireAt(now)
 	}
-	if p.limiter != nil && !p.limiter.TryAcquire() {
+	if p.limiter != nil && !took && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(Rate, Reject, err)
 			p.refundThrottle()

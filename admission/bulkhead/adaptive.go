@@ -2,6 +2,7 @@ package bulkhead
 
 import (
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,7 @@ type adaptive struct {
 	skip  atomic.Int64 // answers not to count: attempts admitted before the last window closed
 	count atomic.Int64 // answers in the window in progress
 	sq    atomic.Int64 // the squares of their latencies, in units of unit
-	unit  atomic.Int64 // ns: base/1024, so that squares cannot overflow; 0 before the first window
+	unit  atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base, so that squares cannot overflow; 0 before the first window
 	sum   atomic.Int64 // their latencies, capped (nanoseconds)
 	size  atomic.Int64 // answers that close the window
 	base  atomic.Int64 // the uncongested latency (ns); 0 before the first window
@@ -134,7 +135,7 @@ func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
 	}
 	a.sum.Add(ns)
 	if u := a.unit.Load(); u > 0 {
-		x := ns / u
+		x := ns >> (u - 1)
 		a.sq.Add(x * x)
 	}
 	if a.count.Add(1) < a.size.Load() {
@@ -172,11 +173,11 @@ func (a *adaptive) closeWindow() int64 {
 		// The standard error of a window's mean, relative to it, smoothed
 		// over windows: the lowest of baselineWindows noisy means is
 		// about two of them below the true one.
-		u := float64(unit)
+		u := float64(int64(1) << (unit - 1))
 		v := max(float64(sq)/float64(n)*u*u-float64(mean)*float64(mean), 0)
 		a.noise = 0.8*a.noise + 0.2*math.Sqrt(v/float64(n))/float64(mean)
 	}
-	a.unit.Store(max(base/1024, 1))
+	a.unit.Store(1 + int64(max(bits.Len64(uint64(base)), 10)-10))
 	nl := a.next2(l, mean, base, before, reached)
 	if a.queued && a.probe == 0 && a.resume == 0 && w%refreshEvery == 0 {
 		// At the limit it settles at, every answer waits a little in the

@@ -65,6 +65,8 @@ type Throttle struct {
 	requests, accepts atomic.Int64 // over the live buckets
 	inFlight          atomic.Int64 // admitted and not yet resolved: counted neither way yet
 	epoch             atomic.Int64 // clock.Now()/width of the current bucket
+	next              atomic.Int64 // when the next bucket begins (clock.Now)
+	cur               atomic.Int32 // index(epoch)
 	req, acc          [buckets]atomic.Int64
 	mu                sync.Mutex // rotation
 }
@@ -95,17 +97,24 @@ func New(cfg Config) (*Throttle, error) {
 	if t.width == 0 {
 		t.width = int64(30*time.Second) / buckets
 	}
-	t.epoch.Store(clock.Now() / t.width)
+	e := floorDiv(clock.Now(), t.width)
+	t.epoch.Store(e)
+	t.cur.Store(int32(index(e)))
+	t.next.Store((e + 1) * t.width)
 	return t, nil
 }
 
 // Allow counts one request and reports whether it may go on. A refused one
 // stays counted.
-func (t *Throttle) Allow() bool {
+func (t *Throttle) Allow() bool { return t.AllowAt(clock.Now()) }
+
+// AllowAt is Allow with the time now, as ratelimit.Now returns it, read by
+// the caller: a pipeline with a rate limiter reads the clock once for both.
+func (t *Throttle) AllowAt(now int64) bool {
 	if t == nil {
 		return true
 	}
-	i := t.advance()
+	i := t.advanceTo(now)
 	p := t.probability(t.requests.Load()-t.inFlight.Load(), t.accepts.Load())
 	ok := p == 0 || rand.Float64() >= p
 	if ok {
@@ -117,9 +126,11 @@ func (t *Throttle) Allow() bool {
 }
 
 func (t *Throttle) probability(r, a int64) float64 {
-	r = max(r, 0) // in flight longer than the window: its request has expired
-	p := (float64(r) - t.k*float64(a)) / float64(r+1)
-	return min(max(p, 0), t.maxP)
+	excess := float64(r) - t.k*float64(a)
+	if excess <= 0 { // r < 0 too: in flight longer than the window, its request expired
+		return 0
+	}
+	return min(excess/float64(r+1), t.maxP)
 }
 
 // Probability reports the probability with which the next attempt would be
@@ -138,7 +149,7 @@ func (t *Throttle) Accept() {
 	if t == nil {
 		return
 	}
-	t.acc[t.advance()].Add(1)
+	t.acc[t.current()].Add(1)
 	t.accepts.Add(1)
 	t.inFlight.Add(-1)
 }
@@ -159,7 +170,7 @@ func (t *Throttle) Refund() {
 		return
 	}
 	t.inFlight.Add(-1)
-	i := t.advance()
+	i := t.current()
 	if t.req[i].Add(-1) < 0 { // counted in a bucket that has expired since
 		t.req[i].Add(1)
 		return
@@ -179,11 +190,14 @@ func (t *Throttle) Counts() (requests, accepts int64) {
 
 // advance moves the window to the present, emptying the buckets that have
 // fallen out of it, and returns the current bucket's index.
-func (t *Throttle) advance() int {
-	e := clock.Now() / t.width
-	if cur := t.epoch.Load(); e <= cur {
-		return index(cur)
+func (t *Throttle) advance() int { return t.advanceTo(clock.Now()) }
+
+// advanceTo is advance at the time now.
+func (t *Throttle) advanceTo(now int64) int {
+	if now < t.next.Load() {
+		return t.current()
 	}
+	e := floorDiv(now, t.width)
 	t.mu.Lock()
 	for cur := t.epoch.Load(); cur < e; cur++ {
 		if e-cur > buckets { // a long silence: every bucket is out
@@ -193,10 +207,26 @@ func (t *Throttle) advance() int {
 		t.requests.Add(-t.req[i].Swap(0))
 		t.accepts.Add(-t.acc[i].Swap(0))
 		t.epoch.Store(cur + 1)
+		t.cur.Store(int32(index(cur + 1)))
 	}
+	t.next.Store((t.epoch.Load() + 1) * t.width)
 	t.mu.Unlock()
 	return index(e)
 }
+
+// floorDiv is a/b rounded down (a is negative inside a synctest bubble).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// current returns the index of the bucket the window was last moved to:
+// the resolution of an attempt lands there, without reading the clock (the
+// next Allow moves the window).
+func (t *Throttle) current() int { return int(t.cur.Load()) }
 
 // index is the bucket of epoch e (which is negative inside a synctest
 // bubble, whose clock starts before the origin).
