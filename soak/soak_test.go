@@ -37,6 +37,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
@@ -160,10 +161,18 @@ func (s stats) String() string {
 		"; " + s.churn.String()
 }
 
-// newUpstream starts a fault upstream speaking p and a client for it. With
-// striped, the client's rate limiter and bulkhead for it are spread over
-// per-processor cells from the start, as they are after contention.
-func newUpstream(p outboundtest.Proto, striped bool) *upstream {
+// guards says how an upstream's client guards it.
+type guards int
+
+const (
+	plain    guards = iota
+	striped         // the rate limiter and the bulkhead spread over per-processor cells from the start, as after contention
+	adaptive        // the client-side throttle on, and the bulkhead's limit adaptive
+)
+
+// newUpstream starts a fault upstream speaking p and a client for it,
+// guarded as g says.
+func newUpstream(p outboundtest.Proto, g guards) *upstream {
 	u := &upstream{name: p.String(), srv: outboundtest.NewServer(p), events: &eventCount{n: map[string]int{}}}
 	cfg := outbound.Config{
 		Transport: u.srv.Transport(),
@@ -181,12 +190,19 @@ func newUpstream(p outboundtest.Proto, striped bool) *upstream {
 		AttemptTimeout: 500 * time.Millisecond,
 		Timeout:        2 * time.Second,
 	}
+	if g == adaptive {
+		u.name += " (throttle, adaptive limit)"
+		cfg.Admission.Bulkhead = bulkhead.Config{Adaptive: true, MaxConcurrent: 8, MinConcurrent: 2, InitialConcurrent: 8}
+		// A short window, so that the throttle lets the recovery through
+		// within the time the check gives it.
+		cfg.Admission.Throttle = throttle.Config{Enabled: true, Window: 300 * time.Millisecond}
+	}
 	t, err := outbound.New(cfg)
 	if err != nil {
 		panic(err)
 	}
 	u.client = t
-	if striped {
+	if g == striped {
 		u.name += " (striped)"
 		restore := shard.Force(true)
 		// The first call builds the upstream's pipeline: striped now.
@@ -273,8 +289,8 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 	runtime.GC()
 	st.baseGoroutines, st.baseFD = runtime.NumGoroutine(), openFDs()
 
-	ups := []*upstream{newUpstream(outboundtest.HTTP1, false), newUpstream(outboundtest.H2C, false), newUpstream(outboundtest.H2TLS, false),
-		newUpstream(outboundtest.H2C, true)}
+	ups := []*upstream{newUpstream(outboundtest.HTTP1, plain), newUpstream(outboundtest.H2C, plain), newUpstream(outboundtest.H2TLS, plain),
+		newUpstream(outboundtest.H2C, striped), newUpstream(outboundtest.HTTP1, adaptive)}
 	var violations []string
 	fail := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 	ch := newChurn(ups[0].srv)
@@ -434,6 +450,9 @@ func checkPhase(ph phase, ups []*upstream, records []record, st *stats, fail fun
 		check(n["rate-enter"] == n["rate-exit"]+n["rate-exit(refund)"], "%s: %d rate tokens taken, %d exited", u.name, n["rate-enter"], n["rate-exit"]+n["rate-exit(refund)"])
 		check(n["rate-exit(refund)"] >= n["bulkhead-reject"], "%s: %d bulkhead rejections, %d rate refunds", u.name, n["bulkhead-reject"], n["rate-exit(refund)"])
 		check(n["bulkhead-enter"] == n["bulkhead-exit"], "%s: %d bulkhead slots taken, %d given back", u.name, n["bulkhead-enter"], n["bulkhead-exit"])
+		check(n["throttle-enter"] == n["throttle-exit"]+n["throttle-exit(refund)"], "%s: %d attempts through the throttle, %d resolved", u.name,
+			n["throttle-enter"], n["throttle-exit"]+n["throttle-exit(refund)"])
+		check(us.Limit >= 0 && us.Limit <= 8, "%s: bulkhead limit %d", u.name, us.Limit)
 		if ph.name == "recovery" {
 			// The upstream is back: within the breaker's waits, healthy calls
 			// close it again.
