@@ -10,6 +10,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 )
 
 // One attempt passes the circuit breaker, the rate limiter and the bulkhead,
@@ -97,4 +98,22 @@ func ExampleRejectedError() {
 	// Output:
 	// circuit true true
 	// admission: payments: rejected by the circuit guard: circuit: breaker is open
+}
+
+// Overload protection without hand tuning: a limit learned from the
+// upstream's latency, and client-side throttling.
+func Example_overload() {
+	cfg := admission.Config{
+		Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 200}, // learns the limit, from 20
+		Throttle: throttle.Config{Enabled: true},                      // K = 2 over 30 s, at most 90 % refused
+	}
+	cfg.Upstream = "api.example.com:443"
+	p, err := admission.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	pm, _ := p.Acquire(context.Background())
+	pm.Success(20 * time.Millisecond)
+	fmt.Println("limit", p.Bulkhead().Limit(), "refusal probability", p.Throttle().Probability())
+	// Output: limit 20 refusal probability 0
 }
