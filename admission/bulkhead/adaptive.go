@@ -36,7 +36,7 @@ import (
 const (
 	minWindow       = 50
 	defaultInitial  = 20
-	baselineWindows = 32
+	baselineWindows = 64
 	maxSampleRatio  = 3
 	refreshEvery    = baselineWindows / 2
 	growth          = 2
@@ -60,7 +60,8 @@ type adaptive struct {
 	wins  atomic.Int64 // windows closed
 
 	mu        sync.Mutex
-	means     [baselineWindows]int64 // the last windows' mean latencies, a ring
+	means     [baselineWindows]int64   // the last windows' mean latencies, a ring
+	errs      [baselineWindows]float64 // and the relative standard errors of those means
 	next      int
 	probe     int64 // probing down (see next2): the last limit above the capacity, 0 if not
 	probeMean int64 // the mean latency at probe
@@ -70,7 +71,7 @@ type adaptive struct {
 	candidate, candidateMean int64
 	resume                   int64   // the limit to return to after a refresh window, 0 if none
 	clean                    int     // windows in a row that grew the limit
-	noise                    float64 // the relative standard error of a window's mean, smoothed
+	noise                    float64 // the relative standard error of the baseline window's mean
 	queued                   bool    // a window has shown a queue: the limit left its slow start
 }
 
@@ -80,7 +81,7 @@ func newAdaptive(cfg Config) *adaptive {
 		a.min = 1
 	}
 	if a.tol == 0 {
-		a.tol = 0.1
+		a.tol = 0.05
 	}
 	initial := int64(cfg.InitialConcurrent)
 	if initial == 0 {
@@ -157,36 +158,42 @@ func (a *adaptive) closeWindow() int64 {
 	reached := a.reached.Swap(false)
 	mean := sum / n
 	l := a.limit.Load()
-	a.means[a.next] = mean
+	var se float64 // the standard error of the window's mean, relative to it
+	if unit > 0 {
+		u := float64(int64(1) << (unit - 1))
+		v := max(float64(sq)/float64(n)*u*u-float64(mean)*float64(mean), 0)
+		se = math.Sqrt(v/float64(n)) / float64(mean)
+	}
+	a.means[a.next], a.errs[a.next] = mean, se
 	a.next = (a.next + 1) % baselineWindows
 	before := a.base.Load()
 	base := mean
-	for _, m := range a.means {
+	a.noise = se
+	for i, m := range a.means {
 		if m > 0 && m < base {
-			base = m
+			// The lowest of baselineWindows noisy means is about two
+			// of its standard errors below the true one. That window's
+			// error, not the latest's: the latest may be noisy because
+			// of a queue (some answers wait, some do not).
+			base, a.noise = m, a.errs[i]
 		}
 	}
 	a.base.Store(base)
 	w := a.wins.Add(1)
 
-	if unit > 0 {
-		// The standard error of a window's mean, relative to it, smoothed
-		// over windows: the lowest of baselineWindows noisy means is
-		// about two of them below the true one.
-		u := float64(int64(1) << (unit - 1))
-		v := max(float64(sq)/float64(n)*u*u-float64(mean)*float64(mean), 0)
-		a.noise = 0.8*a.noise + 0.2*math.Sqrt(v/float64(n))/float64(mean)
-	}
 	a.unit.Store(1 + int64(max(bits.Len64(uint64(base)), 10)-10))
 	nl := a.next2(l, mean, base, before, reached)
 	if a.queued && a.probe == 0 && a.resume == 0 && w%refreshEvery == 0 {
 		// At the limit it settles at, every answer waits a little in the
 		// queue: the uncongested latency is seen only below it. Once in a
-		// while one window runs a tolerance lower, so that the lowest
+		// while one window runs at half the limit, so that the lowest
 		// latency in the ring stays an uncongested one and the limit
-		// cannot creep up as older windows leave the ring.
+		// cannot creep up as older windows leave the ring. (A tolerance
+		// lower is not enough: once the limit is that far above the
+		// capacity, the check is congested too, and the creep feeds
+		// itself.) It costs a fraction 1/(2·refreshEvery) of the goodput.
 		a.resume = nl
-		nl = int64(math.Floor(float64(nl) / (1 + a.tol)))
+		nl /= 2
 	}
 	nl = min(max(nl, a.min), a.max)
 	a.limit.Store(nl)
@@ -200,9 +207,10 @@ func (a *adaptive) closeWindow() int64 {
 // next2 returns the limit after a window at limit l whose mean latency was
 // mean, the uncongested latency being base now and before before it.
 func (a *adaptive) next2(l, mean, base, before int64, reached bool) int64 {
-	// Both thresholds move up by three standard errors, so that noisy
-	// answers neither look like a queue nor hide one.
-	ratio := float64(mean)/float64(base) - 3*a.noise
+	// The baseline is the lowest of many noisy means: about two of its
+	// standard errors below the mean it estimates. Corrected for that,
+	// noisy answers neither look like a queue nor hide one.
+	ratio := float64(mean) / (float64(base) * (1 + 2*a.noise))
 	switch {
 	case a.probe > 0:
 		// Probing down: a window at half the limit before it. Lower

@@ -59,7 +59,7 @@ type Config struct {
 	MinConcurrent, InitialConcurrent int
 
 	// Tolerance is how much slower than uncongested answers may get before
-	// the adaptive limit comes down: 0.1 (the default) means 10%. Answers
+	// the adaptive limit comes down: 0.05 (the default) means 5%. Answers
 	// whose latency varies a lot from one to the next need a larger one.
 	Tolerance float64
 }

@@ -23,3 +23,7 @@ func ReleaseHint(h *Bulkhead, hint uint32) { h.release(hint) }
 // MinWindow is the fewest answers in a sampling window of an adaptive
 // bulkhead.
 const MinWindow = minWindow
+
+// RefreshEvery is how many sampling windows apart an adaptive bulkhead runs
+// one at half its limit, to see the uncongested latency again.
+const RefreshEvery = refreshEvery
