@@ -96,7 +96,9 @@ func (o outboundLimit) acquire() (func(time.Duration), bool) {
 }
 func (o outboundLimit) limit() int { return o.h.Limit() }
 
-type failsafeLimit struct{ l adaptivelimiter.AdaptiveLimiter[any] }
+type failsafeLimit struct {
+	l adaptivelimiter.AdaptiveLimiter[any]
+}
 
 func (f failsafeLimit) acquire() (func(time.Duration), bool) {
 	p, ok := f.l.TryAcquirePermit()
