@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
@@ -59,6 +61,10 @@ func Scenarios() []Scenario {
 			Title:  "A 16 MiB streamed PUT with a one-shot body, answered 503",
 			Expect: "A one-shot body is never re-sent, even for PUT, and never buffered: one attempt, executed once, the heap stays flat.",
 			run:    oneShotPut},
+		Scenario{Name: "overload", Proto: outboundtest.HTTP1,
+			Title:  "32 callers against an upstream that serves 8 at a time, 20 ms each, and queues the rest",
+			Expect: "The adaptive concurrency limit comes down to about the upstream's capacity, so answers wait little in its queue; the calls it refuses are local rejections, not sent, and the breaker records none of them.",
+			run:    overload},
 		Scenario{Name: "dead-upstream-burst", Proto: outboundtest.HTTP1,
 			Title:  "A burst of 60 calls against an upstream that fails everything",
 			Expect: "The retry budget (or the breaker) stops the retry storm: a handful of retries in all, not two or three per call.",
@@ -280,6 +286,63 @@ func oneShotPut(e *env) {
 	e.checkInt("executions", e.srv.Executions("blob"), eq(1), "1")
 	grew := int(peak-before.HeapAlloc) >> 10
 	e.checkInt("heap growth while streaming 16 MiB (KiB)", grew, atMost(4<<10), "< 4096 KiB: not buffered")
+}
+
+func overload(e *env) {
+	const capacity, service, callers, seconds = 8, 20 * time.Millisecond, 32, 3
+	e.newClient(outbound.Config{MaxAttempts: 1, Admission: admission.Config{
+		Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 64},
+		Throttle: throttle.Config{Enabled: true},
+	}})
+	e.quiet = true
+	e.srv.SetDefault(outboundtest.Queued(capacity, service))
+	end := time.Now().Add(seconds * time.Second)
+	settled := time.Now().Add(seconds * time.Second / 2) // the limit has come down by then
+	var mu sync.Mutex
+	var latencies []time.Duration // of the calls answered after settled
+	answered := 0
+	var local, other int
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Go(func() {
+			for n := 0; time.Now().Before(end) && e.ctx.Err() == nil; n++ {
+				late := time.Now().After(settled)
+				r := e.call(req{method: "GET", id: fmt.Sprintf("w%dc%d", w, n)})
+				mu.Lock()
+				switch {
+				case r.err == nil:
+					answered++
+					if late {
+						latencies = append(latencies, r.elapsed)
+					}
+				case errors.Is(r.err, admission.ErrRejected) && r.out.Commit == outcome.NotCommitted:
+					local++
+				default:
+					other++
+				}
+				mu.Unlock()
+				if r.err != nil {
+					time.Sleep(service / 2) // a refused caller's pace, not a wait for a state
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.checkInt("calls answered", answered, atLeast(1), ">= 1")
+	e.checkInt("calls that failed other than by a local rejection", other, eq(0), "0")
+	if st, ok := e.client.Upstream(e.srv.URL); ok && e.cfg.Admission.Bulkhead.Adaptive {
+		e.checkInt("the adaptive concurrency limit at the end", st.Limit, atMost(2*capacity),
+			fmt.Sprintf("<= %d (twice the upstream's capacity of %d; without a limit %d callers are in flight)", 2*capacity, capacity, callers))
+		slices.Sort(latencies)
+		if len(latencies) > 0 {
+			p90 := latencies[len(latencies)*9/10]
+			e.check("the 90th percentile of the calls answered in the second half", fmt.Sprintf("< %v (without a limit about %v)", 2*service, callers/capacity*service),
+				p90.Round(time.Millisecond).String(), p90 < 2*service)
+		}
+	}
+	m := e.breaker().Metrics()
+	e.checkInt("failures the breaker recorded", m.Failed, eq(0), "0 (the client's own refusals are not the upstream's failures)")
+	e.check("the breaker", "CLOSED", m.State.String(), m.State == circuit.Closed)
 }
 
 func deadBurst(e *env) {

@@ -53,6 +53,7 @@ const (
 	kindResetOnAccept
 	kindCloseOnAccept
 	kindStallOnAccept
+	kindQueued
 )
 
 // defaultBody is the body of answers that do not set one with WithBody.
@@ -78,6 +79,17 @@ func Respond(status int, headerKVs ...string) Fault {
 // the stream) or when the server is closed.
 func Slow(d time.Duration, status int) Fault {
 	return Fault{kind: kindSlow, delay: d, status: status}
+}
+
+// Queued models an upstream of a fixed capacity: it reads the request,
+// counts it executed, waits for one of capacity workers (shared by every
+// request a Queued fault of that capacity serves, taken in arrival order),
+// keeps it for service and answers 200. Beyond the capacity, requests wait in
+// the queue, so latency grows with it: service up to capacity requests in
+// flight, about service·n/capacity at n. The wait ends early, without an
+// answer, when the client goes away or the server is closed.
+func Queued(capacity int, service time.Duration) Fault {
+	return Fault{kind: kindQueued, n: max(capacity, 1), delay: service, status: 200}
 }
 
 // Hang reads the request, counts it executed (a real server may be working on
@@ -326,6 +338,8 @@ func (f Fault) String() string {
 		s = b.String()
 	case kindSlow:
 		s = fmt.Sprintf("Slow(%v, %d)", f.delay, f.statusCode())
+	case kindQueued:
+		s = fmt.Sprintf("Queued(%d, %v)", f.n, f.delay)
 	case kindHang:
 		s = "Hang()"
 	case kindCloseBeforeRead:

@@ -2,9 +2,11 @@ package outboundtest_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,6 +166,52 @@ func TestSlowAndHangStopWhenTheClientGoesAway(t *testing.T) {
 				t.Fatalf("%v still serves the request after the client left:\n%s", f, serverStacks())
 			}
 			s.Reset()
+		}
+	})
+}
+
+// Queued serves at most its capacity at once, in arrival order: six requests
+// to a capacity of two, each served for 20 ms, cannot all be answered in
+// less than three services; and a queued request whose client goes away
+// leaves the queue.
+func TestQueuedServesAtMostItsCapacityAtOnce(t *testing.T) {
+	forEachProto(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		c := newClient(t, s)
+		s.SetDefault(outboundtest.Queued(2, 20*time.Millisecond))
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() {
+				if resp, _, err := doCtx(context.Background(), c, "GET", s.URL, fmt.Sprint(i), nil); err != nil || resp.StatusCode != 200 {
+					t.Errorf("request %d: %v %v", i, resp, err)
+				}
+			})
+		}
+		wg.Wait()
+		if el := time.Since(start); el < 60*time.Millisecond {
+			t.Fatalf("six requests at a capacity of two, 20 ms each, answered in %v", el)
+		}
+
+		s.SetDefault(outboundtest.Queued(1, time.Hour))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 2)
+		for i := range 2 {
+			go func() { _, _, err := doCtx(ctx, c, "GET", s.URL, fmt.Sprint("q", i), nil); done <- err }()
+		}
+		if !eventually(func() bool { return s.TotalExecutions() >= 8 }) {
+			t.Fatal("the requests never arrived")
+		}
+		cancel()
+		for range 2 {
+			if err := <-done; err == nil {
+				t.Fatal("a cancelled request succeeded")
+			}
+		}
+		if !eventually(func() bool {
+			return !strings.Contains(serverStacks(), "serveStream") && !strings.Contains(serverStacks(), "serveRequest1")
+		}) {
+			t.Fatalf("the server still serves the requests after the clients left:\n%s", serverStacks())
 		}
 	})
 }

@@ -136,10 +136,10 @@ func (s *Server) serveRequest1(c *conn, br *bufio.Reader, bw *bufio.Writer, req 
 
 	s.execute(e)
 	switch f.kind {
-	case kindRespond, kindSlow:
-		if f.kind == kindSlow {
+	case kindRespond, kindSlow, kindQueued:
+		if f.kind != kindRespond {
 			ctx, stop := s.watchHTTP1(c, br)
-			err := sleep(ctx, f.delay)
+			err := s.work(f, ctx.Done(), nil)
 			stop()
 			if err != nil {
 				return false
@@ -319,6 +319,52 @@ func (s *Server) watchHTTP1(c *conn, br *bufio.Reader) (ctx context.Context, sto
 		c.nc.SetReadDeadline(time.Time{})
 		cancel()
 	}
+}
+
+// work waits as f says — Slow's delay, or Queued's turn and service — or
+// less if gone or dead is closed first (errStreamGone), or the server is
+// closed.
+func (s *Server) work(f Fault, gone, dead <-chan struct{}) error {
+	if f.kind == kindQueued {
+		w := s.workerPool(f.n)
+		select {
+		case w <- struct{}{}:
+			defer func() { <-w }()
+		case <-gone:
+			return errStreamGone
+		case <-dead:
+			return errStreamGone
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		}
+	}
+	t := time.NewTimer(f.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-gone:
+		return errStreamGone
+	case <-dead:
+		return errStreamGone
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+}
+
+// workerPool returns the workers of Queued faults of the given capacity.
+func (s *Server) workerPool(capacity int) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers == nil {
+		s.workers = map[int]chan struct{}{}
+	}
+	w := s.workers[capacity]
+	if w == nil {
+		w = make(chan struct{}, capacity)
+		s.workers[capacity] = w
+	}
+	return w
 }
 
 // sleep waits d, or less if ctx ends first.

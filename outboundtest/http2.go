@@ -484,8 +484,8 @@ func (h *h2conn) serveStream(st *h2stream) {
 	h.s.execute(st.e)
 	f := st.f
 	switch f.kind {
-	case kindRespond, kindSlow:
-		if f.kind == kindSlow && h.sleep(st, f.delay) != nil {
+	case kindRespond, kindSlow, kindQueued:
+		if f.kind != kindRespond && h.s.work(f, st.gone, h.dead) != nil {
 			return
 		}
 		h.respond(st, f.statusCode(), f.header, f.responseBody())

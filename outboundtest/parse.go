@@ -133,6 +133,17 @@ var constructors = map[string]constructor{
 		}
 		return Slow(d, status), nil
 	}},
+	"queued": {args: "a capacity and a service time", min: 2, max: 2, build: func(a []string) (Fault, error) {
+		c, err := ints(a[:1])
+		if err != nil {
+			return Fault{}, err
+		}
+		d, err := time.ParseDuration(a[1])
+		if err != nil {
+			return Fault{}, err
+		}
+		return Queued(c[0], d), nil
+	}},
 	"hang":            none(Hang),
 	"closebeforeread": none(CloseBeforeRead),
 	"resetbeforeread": none(ResetBeforeRead),

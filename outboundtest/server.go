@@ -78,7 +78,8 @@ type Server struct {
 	perConn    int // requests a connection takes before it is closed; 0: no limit
 	queue      []Fault
 	connQueue  []Fault
-	gen        uint64 // bumped by Reset, so requests from before it are not counted
+	gen        uint64                // bumped by Reset, so requests from before it are not counted
+	workers    map[int]chan struct{} // Queued's, by capacity
 	log        []*entry
 	executed   map[string]int
 	received   map[string]int

@@ -40,7 +40,7 @@ and prints them.
 
 FAULT is a constructor call of package outboundtest, its name in any case,
 with or without dashes and "()":
-  Respond(503, Retry-After, 30)   Slow(2s, 200)   Hang()
+  Respond(503, Retry-After, 30)   Slow(2s, 200)   Hang()   Queued(8, 20ms)
   ResetBeforeRead()   ResetAfterRead()   CloseBeforeRead()   PartialHeaders()
   TruncatedBody(100, 10)   Trickle(10ms, 64)   HugeHeaders(1048576)
   BadStatusLine()   EndlessBody()   CloseMidStream()
