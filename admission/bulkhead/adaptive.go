@@ -12,18 +12,26 @@ import (
 // answered attempts, in windows of at least minWindow answers (and at least
 // the limit's worth, about one round trip of every slot). Each window's mean
 // latency is compared with the uncongested latency, the lowest window mean
-// of the last baselineWindows windows:
+// of the last baselineWindows windows (corrected for the noise of those
+// means):
 //
 //   - more than Tolerance above it, the upstream is queueing: with a queue
 //     of q attempts ahead of its capacity C, latency grows as (C+q)/C, so
 //     the limit is scaled down by the ratio, to within half the tolerance
 //     above the capacity, in one window;
 //   - less than a quarter of the tolerance above it, and the limit was
-//     reached in the window (the demand is there), the limit doubles (from
-//     the default of 20, a capacity of 800 is found in 7 windows):
-//     a limit that is never reached never grows, so it cannot creep upward
-//     at a constant load below it;
+//     reached in the window (the demand is there), the limit grows: it
+//     doubles until a queue first shows (from the default of 20, a capacity
+//     of 800 is found in 7 windows), then creeps, faster with every window
+//     in a row that grew it (see next2); a limit that is never reached
+//     never grows, so it cannot creep upward at a constant load below it;
 //   - in between, it holds.
+//
+// Two kinds of window run below the limit on purpose: after the first queue
+// seen, probes at halves of the limit, in case the slow start began above
+// the capacity (every window then queued, and the baseline is a queue's);
+// and every refreshEvery windows one at half the limit, so that the ring
+// always holds an uncongested window.
 //
 // A sample is counted at most maxSampleRatio times the uncongested latency,
 // so a slow tail (a few answers 100 times slower, which is not queueing)

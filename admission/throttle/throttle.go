@@ -11,9 +11,9 @@
 // what it accepts) and accepts the attempts that the upstream answered with
 // a success. An attempt in flight counts neither way until it is resolved:
 // otherwise slow answers would look refused, and a healthy upstream with
-// many calls in flight would be throttled. With K = 2 an upstream that accepts nothing receives, after a
-// moment, about one attempt in (1/(1−MaxRejection)); one that accepts
-// everything is never throttled.
+// many calls in flight would be throttled. An upstream that accepts
+// nothing receives, after a moment, one attempt in 1/(1−MaxRejection) (one
+// in ten by default); one that accepts everything is never throttled.
 //
 // The throttle never counts the client's own refusals against the upstream:
 // an attempt that a later guard refused, or that was never sent, or whose
