@@ -327,21 +327,21 @@ func (s *Server) watchHTTP1(c *conn, br *bufio.Reader) (ctx context.Context, sto
 func (s *Server) work(f Fault, gone, dead <-chan struct{}) error {
 	if f.kind == kindQueued {
 		w := s.workerPool(f.n)
-		select {
-		case w <- struct{}{}:
-			defer func() { <-w }()
-		case <-gone:
-			return errStreamGone
-		case <-dead:
-			return errStreamGone
-		case <-s.ctx.Done():
-			return s.ctx.Err()
+		if err := await(s, w, gone, dead); err != nil {
+			return err
 		}
+		defer func() { w <- struct{}{} }()
 	}
 	t := time.NewTimer(f.delay)
 	defer t.Stop()
+	return await(s, t.C, gone, dead)
+}
+
+// await receives from ready, or returns early if gone or dead is closed
+// first (errStreamGone) or the server is closed.
+func await[T any](s *Server, ready <-chan T, gone, dead <-chan struct{}) error {
 	select {
-	case <-t.C:
+	case <-ready:
 		return nil
 	case <-gone:
 		return errStreamGone
@@ -352,7 +352,8 @@ func (s *Server) work(f Fault, gone, dead <-chan struct{}) error {
 	}
 }
 
-// workerPool returns the workers of Queued faults of the given capacity.
+// workerPool returns the workers of Queued faults of the given capacity: a
+// worker is taken by receiving from it, given back by sending.
 func (s *Server) workerPool(capacity int) chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -362,6 +363,9 @@ func (s *Server) workerPool(capacity int) chan struct{} {
 	w := s.workers[capacity]
 	if w == nil {
 		w = make(chan struct{}, capacity)
+		for range capacity {
+			w <- struct{}{}
+		}
 		s.workers[capacity] = w
 	}
 	return w
