@@ -183,11 +183,10 @@ type Attempter struct {
 	upstreams map[string]*upstream
 	pools     map[string]*pool
 	routes    map[hostKey]*Route // with the default key: per scheme, URL host and proxy
-	closed    bool
-	shut      atomic.Bool // closed, read without the lock by attempts in flight
-	sweeper   *time.Timer // armed while anything is kept
-	toNotify  []string    // forgotten keys for OnForget, told outside the lock
-	peaks     [3]int      // the most entries upstreams, pools and routes held since they were made
+	closed    atomic.Bool        // by Close; read without the lock by attempts in flight
+	sweeper   *time.Timer        // armed while anything is kept
+	toNotify  []string           // forgotten keys for OnForget, told outside the lock
+	peaks     [3]int             // the most entries upstreams, pools and routes held since they were made
 }
 
 // New validates cfg and returns an Attempter. Errors name the offending field.
@@ -477,7 +476,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		finish(&pm, failed, declined(resp), elapsed)
 		return resp, nil
 	}
-	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, records: t.records, shut: &t.shut}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, t: t}
 	if ctx.Done() != nil {
 		// The exchange ends with the attempt's context, whether or not the
 		// caller ever closes the body: the permit comes back then. (The
@@ -497,7 +496,7 @@ func (t *Attempter) clientFault(sb *sentBody) classify.Evidence {
 	switch {
 	case sb != nil && sb.failed.Load():
 		return classify.EvidenceRequestBodyFailed
-	case t.shut.Load():
+	case t.closed.Load():
 		return classify.EvidenceClientClosed
 	}
 	return 0
@@ -590,9 +589,8 @@ type body struct {
 	failed   bool
 	declined bool // see declined
 	elapsed  time.Duration
-	stop     func() bool                // stops the context.AfterFunc, if one was set
-	records  func(*classify.Error) bool // Config.BreakerRecords
-	shut     *atomic.Bool               // the Attempter's: set when it is closed
+	stop     func() bool // stops the context.AfterFunc, if one was set
+	t        *Attempter  // its BreakerRecords, and whether it was closed
 
 	// closing is set before the caller's Close closes rc: a Read that
 	// fails from then on fails because of it, not because of the upstream.
@@ -615,7 +613,7 @@ func (b *body) Read(p []byte) (int, error) {
 		b.end(b.failed, false)
 	case callerCancelled(b.ctx):
 		b.end(false, true)
-	case b.shut.Load():
+	case b.t.closed.Load():
 		// The client was closed while the body was read: not the upstream.
 		b.end(false, true)
 		err = &classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
@@ -632,7 +630,7 @@ func (b *body) Read(p []byte) (int, error) {
 // endFailed ends the exchange for a body that failed: a failure if the
 // breaker records it, else a release.
 func (b *body) endFailed(ce *classify.Error) {
-	if b.records(ce) {
+	if b.t.records(ce) {
 		b.end(true, false)
 	} else {
 		b.end(false, true)

@@ -160,7 +160,7 @@ func (t *Attempter) Route(req *http.Request) (*Route, error) {
 	}
 	key := t.key(req)
 	t.mu.Lock()
-	if t.closed {
+	if t.closed.Load() {
 		t.mu.Unlock()
 		return nil, errPoolClosed
 	}
@@ -272,7 +272,7 @@ func (t *Attempter) poolLocked(scheme, addr string, proxy *url.URL, proxyKey str
 func (t *Attempter) renewPool(p *pool) (*pool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed.Load() {
 		return nil, errPoolClosed
 	}
 	proxyKey := ""
@@ -285,7 +285,7 @@ func (t *Attempter) renewPool(p *pool) (*pool, error) {
 // armSweeperLocked arms the sweeper if it is not armed; t.mu must be held
 // for writing.
 func (t *Attempter) armSweeperLocked() {
-	if t.keep > 0 && t.sweeper == nil && !t.closed {
+	if t.keep > 0 && t.sweeper == nil && !t.closed.Load() {
 		t.sweeper = time.AfterFunc(t.keep/sweepsPerIdleTime, t.sweep)
 	}
 }
@@ -423,8 +423,7 @@ func (t *Attempter) CloseIdleConnections() {
 // the sweeper; later calls fail.
 func (t *Attempter) Close() {
 	t.mu.Lock()
-	t.closed = true
-	t.shut.Store(true)
+	t.closed.Store(true) // under the lock too: the sweeper is armed under it
 	if t.sweeper != nil {
 		t.sweeper.Stop()
 		t.sweeper = nil
