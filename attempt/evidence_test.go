@@ -129,13 +129,7 @@ func TestConnNotEstablishedTextOfThisGoVersion(t *testing.T) {
 		t.Skipf("the connection failed before it was made, not the case pinned here: %v", err)
 	}
 	defer cc.Close()
-	dead := make(chan struct{})
-	var once sync.Once
-	cc.SetStateHook(func(cc *http.ClientConn) {
-		if cc.Err() != nil {
-			once.Do(func() { close(dead) })
-		}
-	})
+	dead := whenUnusable(cc)
 	select {
 	case <-dead:
 	case <-time.After(10 * time.Second):
@@ -164,13 +158,7 @@ func TestServerClosedIdleTextOfThisGoVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	closed := make(chan struct{})
-	var once sync.Once
-	cc.SetStateHook(func(cc *http.ClientConn) {
-		if cc.Err() != nil {
-			once.Do(func() { close(closed) })
-		}
-	})
+	closed := whenUnusable(cc)
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	resp, err := cc.RoundTrip(req)
 	if err != nil {
@@ -182,4 +170,17 @@ func TestServerClosedIdleTextOfThisGoVersion(t *testing.T) {
 	if _, err := cc.RoundTrip(req); !classify.NoResponseByte(err) {
 		t.Fatalf("NoResponseByte(%T %q) = false", err, err)
 	}
+}
+
+// whenUnusable returns a channel closed when cc's state hook first sees it
+// unusable (Err non-nil).
+func whenUnusable(cc *http.ClientConn) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	cc.SetStateHook(func(cc *http.ClientConn) {
+		if cc.Err() != nil {
+			once.Do(func() { close(ch) })
+		}
+	})
+	return ch
 }

@@ -171,7 +171,11 @@ func (t *Throttle) Refund() {
 	}
 	t.inFlight.Add(-1)
 	i := t.current()
-	if t.req[i].Add(-1) < 0 { // counted in a bucket that has expired since
+	// Taken back from the current bucket, whichever bucket counted it (an
+	// older one, still in the window, comes out of the total the same).
+	// An empty current bucket gives nothing back: the request may have
+	// been counted in a bucket that has left the window since.
+	if t.req[i].Add(-1) < 0 {
 		t.req[i].Add(1)
 		return
 	}
