@@ -340,6 +340,24 @@ func (pm *Permit) Cancel() { pm.finish(Refund, 0) }
 // Held reports whether the permit is still held (admitted and not resolved).
 func (pm *Permit) Held() bool { return pm.p != nil }
 
+// releaseSlot gives the bulkhead slot of an attempt resolved as k back: with
+// the latency of an answer, which an adaptive bulkhead learns from (a moved
+// limit is an event), or without.
+func (p *Pipeline) releaseSlot(k Kind, elapsed time.Duration) {
+	switch {
+	case k != Success && k != Failure && k != declinedKind:
+		p.bulkhead.Release()
+	case p.onEvent == nil || !p.bulkhead.Adaptive():
+		p.bulkhead.ReleaseAfter(elapsed)
+	default:
+		before := p.bulkhead.Limit()
+		p.bulkhead.ReleaseAfter(elapsed)
+		if after := p.bulkhead.Limit(); after != before {
+			p.emit(Event{Upstream: p.upstream, Guard: Bulkhead, Kind: LimitChanged, Limit: [2]int{before, after}})
+		}
+	}
+}
+
 // The Kinds finish is given by Lost and Declined; no Event carries them.
 const (
 	lost         Kind = 0xff
@@ -353,19 +371,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		if k == Success || k == Failure || k == declinedKind {
-			if p.onEvent != nil && p.bulkhead.Adaptive() {
-				before := p.bulkhead.Limit()
-				p.bulkhead.ReleaseAfter(elapsed)
-				if after := p.bulkhead.Limit(); after != before {
-					p.emit(Event{Upstream: p.upstream, Guard: Bulkhead, Kind: LimitChanged, Limit: [2]int{before, after}})
-				}
-			} else {
-				p.bulkhead.ReleaseAfter(elapsed)
-			}
-		} else {
-			p.bulkhead.Release()
-		}
+		p.releaseSlot(k, elapsed)
 		p.event(Bulkhead, Exit, nil)
 	}
 	if k == Refund {

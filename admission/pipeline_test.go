@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"strings"
 	"sync"
@@ -556,5 +557,28 @@ func TestLocalRejectionsNotSentAttemptsAndCancellationsNeverChangeTheAdaptiveLim
 	}
 	if h.Windows() == 0 || h.Limit() <= 4 {
 		t.Fatalf("answers did not move the limit: windows %d, limit %d", h.Windows(), h.Limit())
+	}
+}
+
+// A moved adaptive limit is an event, with the limits before and after.
+func TestAMovedAdaptiveLimitIsAnEvent(t *testing.T) {
+	p, r := newPipeline(t, admission.Config{Circuit: circuit.Config{WindowSize: 1000, MinimumCalls: 1000},
+		Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 100, InitialConcurrent: 4}})
+	for p.Bulkhead().Limit() == 4 {
+		var held []admission.Permit
+		for {
+			pm, err := p.Acquire(context.Background())
+			if err != nil {
+				break
+			}
+			held = append(held, pm)
+		}
+		for j := range held {
+			held[j].Success(time.Millisecond)
+		}
+	}
+	want := fmt.Sprintf("bulkhead-limit(4->%d)", p.Bulkhead().Limit())
+	if log := r.take(); !strings.Contains(log, want) {
+		t.Fatalf("no %s among the events: %s", want, log)
 	}
 }
