@@ -2,8 +2,8 @@ package admission_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
