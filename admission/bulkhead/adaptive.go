@@ -48,6 +48,12 @@ const (
 	maxSampleRatio  = 3
 	refreshEvery    = baselineWindows / 2
 	growth          = 2
+
+	// The packing of adaptive.window: a count of at most maxWindowSize
+	// answers above a sum of latencies, each at most maxUnits units.
+	countShift    = 42
+	maxWindowSize = 1 << 20
+	maxUnits      = 1<<12 - 1
 )
 
 type adaptive struct {
@@ -58,14 +64,17 @@ type adaptive struct {
 	inUse   atomic.Int64
 	reached atomic.Bool // the limit was reached in the window in progress
 
-	skip  atomic.Int64 // answers not to count: attempts admitted before the last window closed
-	count atomic.Int64 // answers in the window in progress
-	sq    atomic.Int64 // the squares of their latencies, in units of unit
-	unit  atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base, so that squares cannot overflow; 0 before the first window
-	sum   atomic.Int64 // their latencies, capped (nanoseconds)
-	size  atomic.Int64 // answers that close the window
-	base  atomic.Int64 // the uncongested latency (ns); 0 before the first window
-	wins  atomic.Int64 // windows closed
+	skip atomic.Int64 // answers not to count: attempts admitted before the last window closed
+	// The answers in the window in progress (the bits from countShift up)
+	// and the sum of their latencies, capped, in units of unit (below):
+	// one addition for both.
+	window atomic.Int64
+	first  atomic.Int64 // the latencies (ns) added while unit was 0
+	sq     atomic.Int64 // the squares of the latencies, in units of unit
+	unit   atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base; 0 before the first window
+	size   atomic.Int64 // answers that close the window
+	base   atomic.Int64 // the uncongested latency (ns); 0 before the first window
+	wins   atomic.Int64 // windows closed
 
 	mu        sync.Mutex
 	means     [baselineWindows]int64   // the last windows' mean latencies, a ring
@@ -96,7 +105,7 @@ func newAdaptive(cfg Config) *adaptive {
 		initial = min(a.max, max(a.min, defaultInitial))
 	}
 	a.limit.Store(initial)
-	a.size.Store(max(initial, minWindow))
+	a.size.Store(windowSize(initial))
 	return a
 }
 
@@ -126,8 +135,7 @@ func (a *adaptive) markReached() {
 // an answer, which the limit learns from. It reports by how much the limit
 // grew (the waiters to wake beyond the one the slot is for).
 func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
-	n := a.inUse.Add(-1)
-	if n < 0 {
+	if a.inUse.Add(-1) < 0 {
 		panic("bulkhead: released more than held")
 	}
 	if !answered {
@@ -142,29 +150,51 @@ func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
 	if b := a.base.Load(); b > 0 {
 		ns = min(ns, maxSampleRatio*b)
 	}
-	a.sum.Add(ns)
-	if u := a.unit.Load(); u > 0 {
+	add := int64(1) << countShift
+	u := a.unit.Load()
+	if u == 0 {
+		a.first.Add(ns)
+	} else {
+		add |= units(ns, u)
+	}
+	n := a.window.Add(add) >> countShift
+	if u > 0 {
+		// Truncated, not rounded as the sum is: the simulations of
+		// bench/overload_test.go are tuned on this estimate of the noise,
+		// and one in two answers squared was not enough for it.
 		x := ns >> (u - 1)
 		a.sq.Add(x * x)
 	}
-	if a.count.Add(1) < a.size.Load() {
+	if n < a.size.Load() {
 		return 0
 	}
 	return a.closeWindow()
 }
 
+// units is ns in units of unit u (> 0), rounded, at most maxUnits.
+func units(ns, u int64) int64 {
+	return min((ns+(1<<(u-1))>>1)>>(u-1), maxUnits)
+}
+
+// windowSize is the number of answers of a window at limit l.
+func windowSize(l int64) int64 { return min(max(l, minWindow), maxWindowSize) }
+
 // closeWindow ends the window in progress and adjusts the limit.
 func (a *adaptive) closeWindow() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.count.Load() < a.size.Load() {
+	if a.window.Load()>>countShift < a.size.Load() {
 		return 0 // another release closed it
 	}
-	n := a.count.Swap(0)
-	sum := a.sum.Swap(0)
-	sq, unit := a.sq.Swap(0), a.unit.Load()
+	win, unit := a.window.Swap(0), a.unit.Load()
+	n := win >> countShift
+	sum := a.first.Swap(0)
+	if unit > 0 {
+		sum += (win & (1<<countShift - 1)) << (unit - 1)
+	}
+	sq := a.sq.Swap(0)
 	reached := a.reached.Swap(false)
-	mean := sum / n
+	mean := max(sum/n, 1)
 	l := a.limit.Load()
 	var se float64 // the standard error of the window's mean, relative to it
 	if unit > 0 {
@@ -205,7 +235,7 @@ func (a *adaptive) closeWindow() int64 {
 	}
 	nl = min(max(nl, a.min), a.max)
 	a.limit.Store(nl)
-	a.size.Store(max(nl, minWindow))
+	a.size.Store(windowSize(nl))
 	if nl != l {
 		a.skip.Store(a.inUse.Load())
 	}

@@ -9,16 +9,17 @@
 // requests counts the attempts that asked the throttle over the last Window
 // (those it refused too: that is what lets the upstream see about K times
 // what it accepts) and accepts the attempts that the upstream answered with
-// a success. An attempt in flight counts neither way until it is resolved:
-// otherwise slow answers would look refused, and a healthy upstream with
-// many calls in flight would be throttled. An upstream that accepts
-// nothing receives, after a moment, one attempt in 1/(1−MaxRejection) (one
-// in ten by default); one that accepts everything is never throttled.
+// a success. An attempt is counted when it is resolved (a refusal at once),
+// so one in flight counts neither way: otherwise slow answers would look
+// refused, and a healthy upstream with many calls in flight would be
+// throttled. An upstream that accepts nothing receives, after a moment, one
+// attempt in 1/(1−MaxRejection) (one in ten by default); one that accepts
+// everything is never throttled.
 //
 // The throttle never counts the client's own refusals against the upstream:
 // an attempt that a later guard refused, or that was never sent, or whose
 // result said nothing about the upstream (the caller cancelled it, a hedge
-// won) is taken back out of requests (Refund).
+// won) is resolved by Refund, which counts it neither way.
 package throttle
 
 import (
@@ -58,17 +59,24 @@ const buckets = 10
 
 // Throttle is a client-side throttle. It is safe for concurrent use. A nil
 // *Throttle admits everything.
+//
+// Each attempt costs one atomic addition, when it is resolved: to the
+// current bucket's accepts or to its other requests. Allow only reads them,
+// with the sums of the other buckets, which are computed when the window
+// moves (every Window/10).
 type Throttle struct {
 	k, maxP float64
 	width   int64 // ns per bucket
 
-	requests, accepts atomic.Int64 // over the live buckets
-	inFlight          atomic.Int64 // admitted and not yet resolved: counted neither way yet
-	epoch             atomic.Int64 // clock.Now()/width of the current bucket
-	next              atomic.Int64 // when the next bucket begins (clock.Now)
-	cur               atomic.Int32 // index(epoch)
-	req, acc          [buckets]atomic.Int64
-	mu                sync.Mutex // rotation
+	next   atomic.Int64          // when the next bucket begins (clock.Now)
+	cur    atomic.Int32          // the current bucket
+	epoch  int64                 // clock.Now()/width of the current bucket; under mu
+	others [buckets]atomic.Int64 // requests not accepted: refused, failed or declined
+	acc    [buckets]atomic.Int64 // accepts
+	// The sums of others and acc over the buckets but the current one, as
+	// they were when the window last moved.
+	pastOthers, pastAcc atomic.Int64
+	mu                  sync.Mutex // moving the window
 }
 
 // New validates cfg and returns a Throttle, or nil when it is not Enabled.
@@ -97,15 +105,15 @@ func New(cfg Config) (*Throttle, error) {
 	if t.width == 0 {
 		t.width = int64(30*time.Second) / buckets
 	}
-	e := floorDiv(clock.Now(), t.width)
-	t.epoch.Store(e)
-	t.cur.Store(int32(index(e)))
-	t.next.Store((e + 1) * t.width)
+	t.epoch = floorDiv(clock.Now(), t.width)
+	t.cur.Store(int32(index(t.epoch)))
+	t.next.Store((t.epoch + 1) * t.width)
 	return t, nil
 }
 
-// Allow counts one request and reports whether it may go on. A refused one
-// stays counted.
+// Allow reports whether an attempt may go on. A refused one is counted as a
+// request at once; an admitted one must be resolved with Accept, Fail or
+// Refund.
 func (t *Throttle) Allow() bool { return t.AllowAt(clock.Now()) }
 
 // AllowAt is Allow with the time now, as ratelimit.Now returns it, read by
@@ -115,19 +123,18 @@ func (t *Throttle) AllowAt(now int64) bool {
 		return true
 	}
 	i := t.advanceTo(now)
-	p := t.probability(t.requests.Load()-t.inFlight.Load(), t.accepts.Load())
-	ok := p == 0 || rand.Float64() >= p
-	if ok {
-		t.inFlight.Add(1)
+	a := t.pastAcc.Load() + t.acc[i].Load()
+	p := t.probability(t.pastOthers.Load()+t.others[i].Load()+a, a)
+	if p == 0 || rand.Float64() >= p {
+		return true
 	}
-	t.req[i].Add(1)
-	t.requests.Add(1)
-	return ok
+	t.others[i].Add(1)
+	return false
 }
 
 func (t *Throttle) probability(r, a int64) float64 {
 	excess := float64(r) - t.k*float64(a)
-	if excess <= 0 { // r < 0 too: in flight longer than the window, its request expired
+	if excess <= 0 {
 		return 0
 	}
 	return min(excess/float64(r+1), t.maxP)
@@ -139,57 +146,41 @@ func (t *Throttle) Probability() float64 {
 	if t == nil {
 		return 0
 	}
-	t.advance()
-	return t.probability(t.requests.Load()-t.inFlight.Load(), t.accepts.Load())
+	r, a := t.Counts()
+	return t.probability(r, a)
 }
 
-// Accept counts an attempt Allow admitted that the upstream answered with a
-// success.
+// Accept resolves an attempt Allow admitted that the upstream answered with
+// a success: a request and an accept.
 func (t *Throttle) Accept() {
-	if t == nil {
-		return
+	if t != nil {
+		t.acc[t.current()].Add(1)
 	}
-	t.acc[t.current()].Add(1)
-	t.accepts.Add(1)
-	t.inFlight.Add(-1)
 }
 
 // Fail resolves an attempt Allow admitted that the upstream did not accept:
-// it failed, or the upstream declined it. Its request stays counted.
+// it failed, or the upstream declined it. It is a request without an accept.
 func (t *Throttle) Fail() {
 	if t != nil {
-		t.inFlight.Add(-1)
+		t.others[t.current()].Add(1)
 	}
 }
 
-// Refund takes back the request of an attempt Allow admitted that says
-// nothing of the upstream: a later guard refused it, it was never sent, or
-// it ended without a verdict (cancelled, or a hedge won).
-func (t *Throttle) Refund() {
-	if t == nil {
-		return
-	}
-	t.inFlight.Add(-1)
-	i := t.current()
-	// Taken back from the current bucket, whichever bucket counted it (an
-	// older one, still in the window, comes out of the total the same).
-	// An empty current bucket gives nothing back: the request may have
-	// been counted in a bucket that has left the window since.
-	if t.req[i].Add(-1) < 0 {
-		t.req[i].Add(1)
-		return
-	}
-	t.requests.Add(-1)
-}
+// Refund resolves an attempt Allow admitted that says nothing of the
+// upstream: a later guard refused it, it was never sent, or it ended
+// without a verdict (cancelled, or a hedge won). It is counted neither way,
+// so it costs nothing.
+func (t *Throttle) Refund() {}
 
-// Counts reports the requests and accepts in the window (requests include
-// those in flight).
+// Counts reports the requests (refusals included) and accepts resolved in
+// the window; attempts in flight are not in them.
 func (t *Throttle) Counts() (requests, accepts int64) {
 	if t == nil {
 		return 0, 0
 	}
-	t.advance()
-	return t.requests.Load(), t.accepts.Load()
+	i := t.advance()
+	a := t.pastAcc.Load() + t.acc[i].Load()
+	return t.pastOthers.Load() + t.others[i].Load() + a, a
 }
 
 // advance moves the window to the present, emptying the buckets that have
@@ -203,19 +194,31 @@ func (t *Throttle) advanceTo(now int64) int {
 	}
 	e := floorDiv(now, t.width)
 	t.mu.Lock()
-	for cur := t.epoch.Load(); cur < e; cur++ {
-		if e-cur > buckets { // a long silence: every bucket is out
-			cur = e - buckets
-		}
-		i := index(cur + 1)
-		t.requests.Add(-t.req[i].Swap(0))
-		t.accepts.Add(-t.acc[i].Swap(0))
-		t.epoch.Store(cur + 1)
-		t.cur.Store(int32(index(cur + 1)))
+	defer t.mu.Unlock()
+	if e <= t.epoch { // moved meanwhile, by another caller
+		return t.current()
 	}
-	t.next.Store((t.epoch.Load() + 1) * t.width)
-	t.mu.Unlock()
-	return index(e)
+	for cur := max(t.epoch, e-buckets); cur < e; cur++ {
+		i := index(cur + 1)
+		t.others[i].Store(0)
+		t.acc[i].Store(0)
+	}
+	t.epoch = e
+	i := index(e)
+	// Resolutions that land in the bucket just left after this sum are
+	// counted when the window moves next.
+	var others, acc int64
+	for j := range buckets {
+		if j != i {
+			others += t.others[j].Load()
+			acc += t.acc[j].Load()
+		}
+	}
+	t.pastOthers.Store(others)
+	t.pastAcc.Store(acc)
+	t.cur.Store(int32(i))
+	t.next.Store((e + 1) * t.width)
+	return i
 }
 
 // floorDiv is a/b rounded down (a is negative inside a synctest bubble).
