@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/throttle"
 )
 
 // The overload harness over loopback: the upstream of overload_test.go (a
@@ -235,6 +237,12 @@ func BenchmarkOverloadLoopback(b *testing.B) {
 			b.ReportMetric(float64(fs.limits[len(fs.limits)-1]), "failsafe-limit")
 		})
 	}
+	b.Run("throttle-4x", func(b *testing.B) {
+		d := time.Duration(max(b.N, 1)) * loopIteration
+		for _, name := range []string{"none", "outbound", "failsafe"} {
+			b.ReportMetric(throttleLoopback(b, name, d), name+"-received/accepted")
+		}
+	})
 	for _, step := range []int{loopCapacity / 2, loopCapacity * 2} {
 		b.Run(fmt.Sprintf("step-%d-to-%d", loopCapacity, step), func(b *testing.B) {
 			d := 2 * time.Duration(max(b.N, 1)) * loopIteration
@@ -252,4 +260,99 @@ func median(v []int) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return float64(s[len(s)/2])
+}
+
+// throttleLoopback drives an upstream of capacity loopCapacity that sheds
+// what it cannot take at once (429) with four times that many closed-loop
+// callers through the client named name — bare net/http ("none"),
+// outbound's throttle, or failsafe-go's adaptive throttler around net/http,
+// with K = 1.05 (for failsafe-go the equivalent failure-rate threshold,
+// 1 − 1/K) over a window of d/4 — and returns what the upstream received
+// per request it accepted over d, after the window has filled. A refused
+// caller, locally or by the upstream, backs off as long as a call takes.
+func throttleLoopback(tb testing.TB, name string, d time.Duration) float64 {
+	const k = 1.05
+	window := max(d/4, 10*time.Millisecond)
+	u := &shedding{service: loopService, capacity: loopCapacity}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if u.call() {
+			w.WriteHeader(http.StatusNoContent)
+		} else {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { _ = srv.Close() })
+	url := "http://" + ln.Addr().String() + "/"
+
+	inner := &http.Transport{MaxIdleConnsPerHost: 256}
+	tb.Cleanup(inner.CloseIdleConnections)
+	var rt http.RoundTripper = inner
+	allow, record := func() bool { return true }, func(bool) {}
+	switch name {
+	case "outbound":
+		t, err := outbound.New(outbound.Config{Transport: inner, MaxAttempts: 1,
+			Admission: admission.Config{Throttle: throttle.Config{Enabled: true, K: k, Window: window}}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(t.Close)
+		rt = t
+	case "failsafe":
+		th := adaptivethrottler.NewBuilder[any]().WithFailureRateThreshold(1-1/k, 10, window).Build()
+		allow = th.TryAcquirePermit
+		record = func(ok bool) {
+			if ok {
+				th.RecordSuccess()
+			} else {
+				th.RecordFailure()
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 4 * loopCapacity {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if !allow() {
+					time.Sleep(loopService)
+					continue
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				resp, err := rt.RoundTrip(req)
+				switch {
+				case ctx.Err() != nil:
+					return
+				case errors.Is(err, throttle.ErrThrottled):
+					time.Sleep(loopService)
+					continue
+				case err != nil:
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				ok := resp.StatusCode == http.StatusNoContent
+				record(ok)
+				if !ok {
+					time.Sleep(loopService)
+				}
+			}
+		})
+	}
+	time.Sleep(2 * window) // the window fills
+	r0, a0 := u.received.Load(), u.accepted.Load()
+	time.Sleep(d)
+	r, a := u.received.Load()-r0, u.accepted.Load()-a0
+	cancel()
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		tb.Fatalf("%s: %d calls failed", name, n)
+	}
+	return float64(r) / float64(max(a, 1))
 }
