@@ -178,8 +178,9 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	}
 	p.event(Circuit, Enter, nil)
 	var took bool // a rate token, on the clock read for the throttle
+	var now int64
 	if p.throttle != nil {
-		now := ratelimit.Now()
+		now = ratelimit.Now()
 		if !p.throttle.AllowAt(now) {
 			p.event(Throttle, Reject, throttle.ErrThrottled)
 			p.releaseCircuit(&cp)
@@ -221,7 +222,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.bulkhead != nil {
 		p.event(Bulkhead, Enter, nil)
 	}
-	return Permit{p: p, circuit: cp}, nil
+	return Permit{p: p, circuit: cp, at: now}, nil
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -306,6 +307,7 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permit
+	at      int64 // when it was admitted (ratelimit.Now), with a throttle
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -380,12 +382,13 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 		p.event(Rate, Exit, nil)
 	}
 	if p.throttle != nil {
-		switch k {
+		// Counted at the time it ended, without reading the clock again.
+		switch end := pm.at + int64(elapsed); k {
 		case Success:
-			p.throttle.Accept()
+			p.throttle.AcceptAt(end)
 			p.event(Throttle, Exit, nil)
 		case Failure, lost, declinedKind:
-			p.throttle.Fail()
+			p.throttle.FailAt(end)
 			p.event(Throttle, Exit, nil)
 		default: // it says nothing of the upstream
 			p.refundThrottle()

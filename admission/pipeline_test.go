@@ -510,6 +510,23 @@ func TestALaterGuardsRejectionIsTakenOutOfTheThrottlesCount(t *testing.T) {
 	}
 }
 
+// An attempt that ended after the throttle's whole window is counted when it
+// ended (its admission plus its duration, no clock read), not in the bucket
+// of its admission, which has left the window by then.
+func TestTheThrottleCountsAnAttemptWhenItEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := newPipeline(t, admission.Config{Circuit: smallCircuit,
+			Throttle: throttle.Config{Enabled: true, Window: 10 * time.Second}})
+		slow, failed := acquire(t, p), acquire(t, p)
+		time.Sleep(15 * time.Second)
+		slow.Success(15 * time.Second)
+		failed.Failure(15 * time.Second)
+		if req, acc := p.Throttle().Counts(); req != 2 || acc != 1 {
+			t.Fatalf("throttle counts %d requests, %d accepts, want 2 and 1", req, acc)
+		}
+	})
+}
+
 // Only answers move an adaptive limit: a local rejection, an attempt never
 // sent (Cancel), one cancelled by the caller or lost as a hedge (Release),
 // and a failure without an answer (Lost) leave it as it was.

@@ -152,17 +152,25 @@ func (t *Throttle) Probability() float64 {
 
 // Accept resolves an attempt Allow admitted that the upstream answered with
 // a success: a request and an accept.
-func (t *Throttle) Accept() {
+func (t *Throttle) Accept() { t.AcceptAt(clock.Now()) }
+
+// AcceptAt is Accept at the time now (as ratelimit.Now returns it): a
+// pipeline gives the time of admission plus the attempt's duration, and
+// reads no clock for it.
+func (t *Throttle) AcceptAt(now int64) {
 	if t != nil {
-		t.acc[t.current()].Add(1)
+		t.acc[t.advanceTo(now)].Add(1)
 	}
 }
 
 // Fail resolves an attempt Allow admitted that the upstream did not accept:
 // it failed, or the upstream declined it. It is a request without an accept.
-func (t *Throttle) Fail() {
+func (t *Throttle) Fail() { t.FailAt(clock.Now()) }
+
+// FailAt is Fail at the time now, as AcceptAt.
+func (t *Throttle) FailAt(now int64) {
 	if t != nil {
-		t.others[t.current()].Add(1)
+		t.others[t.advanceTo(now)].Add(1)
 	}
 }
 
@@ -230,9 +238,9 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// current returns the index of the bucket the window was last moved to:
-// the resolution of an attempt lands there, without reading the clock (the
-// next Allow moves the window).
+// current returns the index of the bucket the window was last moved to.
+// A time before it (an attempt resolved at a time computed before the window
+// moved) lands there too.
 func (t *Throttle) current() int { return int(t.cur.Load()) }
 
 // index is the bucket of epoch e (which is negative inside a synctest

@@ -166,3 +166,30 @@ func TestAttemptsInFlightAreNotCountedAsRefused(t *testing.T) {
 		}
 	})
 }
+
+// An attempt is counted when it is resolved, in the window of that moment:
+// one that stayed in flight longer than the whole window still counts, as a
+// request and an accept, and the refusals in between count at once.
+func TestAnAttemptIsCountedWhenItIsResolved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := newThrottle(t, throttle.Config{Window: 10 * time.Second})
+		if !th.Allow() {
+			t.Fatal("first attempt refused")
+		}
+		if r, a := th.Counts(); r != 0 || a != 0 {
+			t.Fatalf("in flight: %d requests, %d accepts, want none", r, a)
+		}
+		time.Sleep(15 * time.Second)
+		th.Accept()
+		if r, a := th.Counts(); r != 1 || a != 1 {
+			t.Fatalf("resolved after 15 s: %d requests, %d accepts, want 1 and 1", r, a)
+		}
+		if !th.Allow() {
+			t.Fatal("second attempt refused")
+		}
+		th.Fail()
+		if r, a := th.Counts(); r != 2 || a != 1 {
+			t.Fatalf("after a failure: %d requests, %d accepts, want 2 and 1", r, a)
+		}
+	})
+}
