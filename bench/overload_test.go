@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -23,6 +24,13 @@ import (
 // fraction of a second, and every run is the same), driven by closed-loop
 // callers through each concurrency limiter.
 
+// simSeed seeds the service times of the simulated upstreams. The tests'
+// targets are met at the default seed; at others the adaptive limit misses
+// some of them (see "Limits of this design" in docs/DESIGN.md):
+//
+//	for s in $(seq 1 12); do go test -run 'TestOverloadSimulation' -sim.seed $s . ; done
+var simSeed = flag.Uint64("sim.seed", 1, "seed of the overload simulation's service times")
+
 // queueing is an upstream of capacity workers, each answering after service
 // (±20%, as real work varies); an attempt beyond the capacity waits in a FIFO
 // queue, so its latency grows with the queue.
@@ -39,7 +47,7 @@ type queueing struct {
 func (u *queueing) call() {
 	u.mu.Lock()
 	if u.rng == nil {
-		u.rng = rand.New(rand.NewPCG(1, 2))
+		u.rng = rand.New(rand.NewPCG(*simSeed, 2))
 	}
 	work := time.Duration(float64(u.service) * (0.8 + 0.4*u.rng.Float64()))
 	if u.busy < u.capacity {
