@@ -232,8 +232,20 @@ func TestConnectionFaults(t *testing.T) {
 				if err != nil || resp.StatusCode != 200 {
 					t.Fatalf("next request: %v, %v; want 200", resp, err)
 				}
-				if s.Conns() != 2 {
-					t.Errorf("Conns = %d, want 2", s.Conns())
+				if s.Received("y") != 1 {
+					t.Errorf("Received(y) = %d, want 1", s.Received("y"))
+				}
+				// One connection for each request; but after an HTTP/2
+				// connection that failed at its start, net/http's client
+				// sometimes dials twice for the next request (about 1 run
+				// in 1000: "connect, connect, got conn" in an httptrace),
+				// and the server accepts both.
+				most := 2
+				if p != outboundtest.HTTP1 {
+					most = 3
+				}
+				if n := s.Conns(); n < 2 || n > most {
+					t.Errorf("Conns = %d, want 2 (at most %d)", n, most)
 				}
 			})
 		}
