@@ -560,20 +560,26 @@ func TestLocalRejectionsNotSentAttemptsAndCancellationsNeverChangeTheAdaptiveLim
 	}
 	// Answers do move it.
 	for range 200 {
-		var held []admission.Permit
-		for {
-			pm, err := p.Acquire(context.Background())
-			if err != nil {
-				break
-			}
-			held = append(held, pm)
-		}
-		for j := range held {
-			held[j].Success(time.Millisecond)
-		}
+		fillAndAnswer(p)
 	}
 	if h.Windows() == 0 || h.Limit() <= 4 {
 		t.Fatalf("answers did not move the limit: windows %d, limit %d", h.Windows(), h.Limit())
+	}
+}
+
+// fillAndAnswer admits attempts until p refuses one, then answers them all
+// with a success after a millisecond.
+func fillAndAnswer(p *admission.Pipeline) {
+	var held []admission.Permit
+	for {
+		pm, err := p.Acquire(context.Background())
+		if err != nil {
+			break
+		}
+		held = append(held, pm)
+	}
+	for j := range held {
+		held[j].Success(time.Millisecond)
 	}
 }
 
@@ -582,17 +588,7 @@ func TestAMovedAdaptiveLimitIsAnEvent(t *testing.T) {
 	p, r := newPipeline(t, admission.Config{Circuit: circuit.Config{WindowSize: 1000, MinimumCalls: 1000},
 		Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 100, InitialConcurrent: 4}})
 	for p.Bulkhead().Limit() == 4 {
-		var held []admission.Permit
-		for {
-			pm, err := p.Acquire(context.Background())
-			if err != nil {
-				break
-			}
-			held = append(held, pm)
-		}
-		for j := range held {
-			held[j].Success(time.Millisecond)
-		}
+		fillAndAnswer(p)
 	}
 	want := fmt.Sprintf("bulkhead-limit(4->%d)", p.Bulkhead().Limit())
 	if log := r.take(); !strings.Contains(log, want) {

@@ -134,14 +134,20 @@ func newLoopClient(tb testing.TB, name, url string) loopClient {
 // serveQueueing starts an HTTP/1.1 server on loopback whose every request is
 // one call of u, and returns its URL.
 func serveQueueing(tb testing.TB, u *queueing) string {
+	return serveLoopback(tb, func(w http.ResponseWriter, _ *http.Request) {
+		u.call()
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// serveLoopback starts an HTTP/1.1 server on loopback with handler h, stopped
+// at the end of the test, and returns its URL.
+func serveLoopback(tb testing.TB, h http.HandlerFunc) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		u.call()
-		w.WriteHeader(http.StatusNoContent)
-	})}
+	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String() + "/"
@@ -274,20 +280,13 @@ func throttleLoopback(tb testing.TB, name string, d time.Duration) float64 {
 	const k = 1.05
 	window := max(d/4, 10*time.Millisecond)
 	u := &shedding{service: loopService, capacity: loopCapacity}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	url := serveLoopback(tb, func(w http.ResponseWriter, _ *http.Request) {
 		if u.call() {
 			w.WriteHeader(http.StatusNoContent)
 		} else {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = srv.Close() })
-	url := "http://" + ln.Addr().String() + "/"
+	})
 
 	inner := &http.Transport{MaxIdleConnsPerHost: 256}
 	tb.Cleanup(inner.CloseIdleConnections)
