@@ -359,7 +359,8 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 // is charged before the budget is asked, so that concurrent calls cannot all
 // see the last token. Local rejections, attempts the caller cancelled,
 // transparent retries (the connection's life, not the upstream's health),
-// refused TLS handshakes (which are not retried) and the client's own faults
+// attempts a draining connection proved unsent (retry.Drained), refused TLS
+// handshakes (which are not retried) and the client's own faults
 // cost nothing.
 func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
 	switch {
@@ -377,7 +378,7 @@ func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, tran
 	d := retry.Decide(in) // with BudgetAllows false: the budget is the last rule
 	switch {
 	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused,
-		classify.ClientFault(a.Evidence):
+		classify.ClientFault(a.Evidence), retry.Drained(a.Evidence):
 		return d
 	}
 	c.budget.OnFailure()

@@ -146,6 +146,41 @@ func TestAServerThatSendsGoAwayOnEveryConnectionCannotMakeALoop(t *testing.T) {
 	}
 }
 
+// Behind nginx with keepalive_requests, many calls at once: a call's stream
+// is above one connection's graceful GOAWAY, and its transparent retry is
+// above the next one's. Pinned with the retry budget spent beforehand: the
+// call still gets through, and the two draining connections cost no token.
+func TestTwoDrainingConnectionsInARowNeitherExhaustNorSpendTheRetryBudget(t *testing.T) {
+	for _, p := range []outboundtest.Proto{outboundtest.H2C, outboundtest.H2TLS} {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			c := newClient(t, s, outbound.Config{MaxAttempts: 3})
+			if _, _, err := do(t, c, newRequest(t, context.Background(), s, noBody, "warm")); err != nil {
+				t.Fatal(err)
+			}
+			req := newRequest(t, context.Background(), s, noBody, "x")
+			b := budgetOf(t, c, c.UpstreamKey(req))
+			for range 10 {
+				b.OnFailure()
+			}
+			s.Enqueue(outboundtest.GoAway(1, 0, false))
+			s.Enqueue(outboundtest.GoAway(1, 0, false))
+			out, status, err := do(t, c, req)
+			if err != nil || status != 200 || len(out.Attempts) != 3 || s.Executions("x") != 1 {
+				t.Fatalf("status %d, err %v, executions %d: %v", status, err, s.Executions("x"), out)
+			}
+			for i, want := range []retry.Reason{retry.Transparent, retry.Retryable} {
+				if a := out.Attempts[i]; a.Evidence != classify.EvidenceGoAwayAbove || a.Decision != want {
+					t.Fatalf("attempt %d: %+v, want a GOAWAY above the stream, then %v", i+1, a, want)
+				}
+			}
+			if tokens := b.Tokens(); tokens != 0.1 { // the success's refill only
+				t.Fatalf("budget: %v tokens, want 0.1", tokens)
+			}
+		})
+	}
+}
+
 // REFUSED_STREAM (a server shedding load) and a GOAWAY carrying an error
 // code are retried under the normal rules, not transparently: they cost
 // attempts and budget, and the breaker records them.

@@ -38,7 +38,13 @@
 //     way: retrying earlier than the server asked would disobey it.
 //  10. The backoff must fit before the deadline, too.
 //  11. The retry budget must allow it (see Budget), so that a dead upstream
-//     does not receive a storm of retries.
+//     does not receive a storm of retries — except after an attempt that a
+//     draining connection proved unsent (see Drained): that one neither costs
+//     a token nor asks for one, whether or not it follows a transparent
+//     retry. Behind a proxy that ends every connection after N requests, a
+//     call can meet two draining connections in a row while many calls do
+//     at once, and a budget drained by them would lose calls that net/http's
+//     own retries get through. Attempts still bound it.
 package retry
 
 import (
@@ -154,6 +160,15 @@ func Idempotent(method string) bool {
 	return false
 }
 
+// Drained reports whether ev proves that the attempt met a connection the
+// server was draining, and was not processed: a stream above the
+// last-stream-id of a graceful GOAWAY, or no stream opened on a connection
+// that could take no more. It says nothing about the upstream's health: the
+// retry budget neither pays for nor refuses the retry of such an attempt.
+func Drained(ev classify.Evidence) bool {
+	return ev == classify.EvidenceGoAwayAbove || ev == classify.EvidenceConnShuttingDown
+}
+
 // Decide applies the rules of the package documentation, in order.
 func Decide(in Input) Decision {
 	no := func(r Reason) Decision { return Decision{Reason: r} }
@@ -202,7 +217,7 @@ func Decide(in Input) Decision {
 	if in.HasDeadline && wait >= in.Remaining {
 		return no(DeadlineTooClose)
 	}
-	if !in.BudgetAllows {
+	if !in.BudgetAllows && !Drained(in.Evidence) {
 		return no(BudgetExhausted)
 	}
 	return Decision{Retry: true, Wait: wait, Reason: Retryable}

@@ -210,6 +210,34 @@ func TestALifecycleFailureIsRetriedTransparentlyOncePerAttempt(t *testing.T) {
 	}
 }
 
+// The race behind a proxy that ends each connection after N requests: the
+// transparent retry of a stream above a graceful GOAWAY lands on the next
+// connection, which is drained too before it takes the stream. The second
+// attempt is proven unsent as well, and the retry budget neither refuses nor
+// pays for it; attempts still bound it, and other NotSent failures still ask
+// the budget.
+func TestASecondDrainingConnectionInARowIsRetriedWhateverTheBudget(t *testing.T) {
+	for _, ev := range []classify.Evidence{classify.EvidenceGoAwayAbove, classify.EvidenceConnShuttingDown} {
+		in := base()
+		in.Category, in.Evidence, in.Lifecycle, in.TransparentUsed = classify.NotSent, ev, true, true
+		in.Attempts, in.MaxAttempts, in.BudgetAllows = 1, 3, false
+		if d := retry.Decide(in); !d.Retry || d.Reason != retry.Retryable {
+			t.Fatalf("%v after a transparent retry, budget spent: %+v, want a retry", ev, d)
+		}
+		in.Attempts = 3
+		if d := retry.Decide(in); d.Retry || d.Reason != retry.AttemptsExhausted {
+			t.Fatalf("%v with no attempts left: %+v, want attempts exhausted", ev, d)
+		}
+	}
+	for _, ev := range []classify.Evidence{classify.EvidenceNothingWritten, classify.EvidenceRefusedStream, classify.EvidenceConnNotEstablished} {
+		in := base()
+		in.Category, in.Evidence, in.TransparentUsed, in.Attempts, in.MaxAttempts, in.BudgetAllows = classify.NotSent, ev, true, 1, 3, false
+		if d := retry.Decide(in); d.Retry || d.Reason != retry.BudgetExhausted {
+			t.Fatalf("%v, budget spent: %+v, want budget exhausted", ev, d)
+		}
+	}
+}
+
 func TestAnInvalidRequestIsNeverRetried(t *testing.T) {
 	in := base()
 	in.Category, in.Evidence = classify.LocalRejection, classify.EvidenceInvalidRequest
