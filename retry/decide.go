@@ -217,7 +217,7 @@ func Decide(in Input) Decision {
 	if in.HasDeadline && wait >= in.Remaining {
 		return no(DeadlineTooClose)
 	}
-	if !in.BudgetAllows && !Drained(in.Evidence) {
+	if !in.BudgetAllows && !(in.Category == classify.NotSent && Drained(in.Evidence)) {
 		return no(BudgetExhausted)
 	}
 	return Decision{Retry: true, Wait: wait, Reason: Retryable}
