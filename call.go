@@ -378,7 +378,7 @@ func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, tran
 	d := retry.Decide(in) // with BudgetAllows false: the budget is the last rule
 	switch {
 	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused,
-		classify.ClientFault(a.Evidence), a.Category == classify.NotSent && retry.Drained(a.Evidence):
+		classify.ClientFault(a.Evidence), retry.Drained(a.Category, a.Evidence):
 		return d
 	}
 	c.budget.OnFailure()

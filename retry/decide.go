@@ -160,13 +160,14 @@ func Idempotent(method string) bool {
 	return false
 }
 
-// Drained reports whether ev proves that the attempt met a connection the
-// server was draining, and was not processed: a stream above the
-// last-stream-id of a graceful GOAWAY, or no stream opened on a connection
-// that could take no more. It says nothing about the upstream's health: the
-// retry budget neither pays for nor refuses the retry of such an attempt.
-func Drained(ev classify.Evidence) bool {
-	return ev == classify.EvidenceGoAwayAbove || ev == classify.EvidenceConnShuttingDown
+// Drained reports whether an attempt of category cat and evidence ev is
+// proven to have met a connection the server was draining, and not to have
+// been processed: NotSent, with a stream above the last-stream-id of a
+// graceful GOAWAY, or no stream opened on a connection that could take no
+// more. It says nothing about the upstream's health: the retry budget
+// neither pays for nor refuses the retry of such an attempt.
+func Drained(cat classify.Category, ev classify.Evidence) bool {
+	return cat == classify.NotSent && (ev == classify.EvidenceGoAwayAbove || ev == classify.EvidenceConnShuttingDown)
 }
 
 // Decide applies the rules of the package documentation, in order.
@@ -217,7 +218,7 @@ func Decide(in Input) Decision {
 	if in.HasDeadline && wait >= in.Remaining {
 		return no(DeadlineTooClose)
 	}
-	if !in.BudgetAllows && !(in.Category == classify.NotSent && Drained(in.Evidence)) {
+	if !in.BudgetAllows && !Drained(in.Category, in.Evidence) {
 		return no(BudgetExhausted)
 	}
 	return Decision{Retry: true, Wait: wait, Reason: Retryable}

@@ -110,7 +110,7 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("retry with reason %v", d.Reason)
 		case attempts >= maxAttempts:
 			t.Fatal("retried past MaxAttempts")
-		case !budget && !(in.Category == classify.NotSent && retry.Drained(in.Evidence)):
+		case !budget && !retry.Drained(in.Category, in.Evidence):
 			t.Fatal("retried without budget, though no draining connection proved the attempt unsent")
 		}
 	})
