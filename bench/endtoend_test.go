@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/hashicorp/go-retryablehttp"
@@ -215,4 +216,89 @@ func warm(b *testing.B, rt http.RoundTripper, url string) {
 func closing(tb testing.TB, t *http.Transport) *http.Transport {
 	tb.Cleanup(t.CloseIdleConnections)
 	return t
+}
+
+// pairedBlock is the number of requests of one block of
+// BenchmarkEndToEndPaired, about 50 ms on 2 cores.
+const pairedBlock = 2000
+
+// BenchmarkEndToEndPaired measures outbound against bare net/http in one
+// process, in alternating blocks of about pairedBlock requests from 16
+// callers — bare then outbound, then outbound then bare, and so on, each
+// client first in as many pairs as the other — so that a machine that slows
+// down or speeds up for a second slows both alike. (BenchmarkEndToEnd runs
+// each client in its own process, seconds apart: on a shared machine the
+// ratio of one such pair moves by ±10 % and more.) b.N is the number of
+// requests of each client. It reports each client's requests/s and client
+// CPU per request over all its blocks, and their ratios, outbound ÷ bare.
+// "bare-vs-bare" pairs two bare clients, each with its own http.Transport:
+// what its ratios show is the measurement's own error.
+func BenchmarkEndToEndPaired(b *testing.B) {
+	srv := startEchoServer(b)
+	cs := clients()
+	bare, ob := cs[0], cs[1]
+	b.Run("16-callers", func(b *testing.B) { paired(b, bare, ob, srv.URL) })
+	b.Run("16-callers-default-idle", func(b *testing.B) {
+		idlePerHost = 0
+		defer func() { idlePerHost = 100 }()
+		paired(b, bare, ob, srv.URL)
+	})
+	b.Run("16-callers-bare-vs-bare", func(b *testing.B) { paired(b, bare, bare, srv.URL) })
+}
+
+// paired is one run of BenchmarkEndToEndPaired: base against c.
+func paired(b *testing.B, base, c client, url string) {
+	rts := [2]http.RoundTripper{base.new(b), c.new(b)}
+	for _, rt := range rts {
+		warm(b, rt, url)
+	}
+	blocks := 2 * ((b.N + 2*pairedBlock - 1) / (2 * pairedBlock)) // even
+	var wall, cpu [2]time.Duration
+	var done [2]int
+	b.ResetTimer()
+	for k := range blocks {
+		for j := range 2 {
+			i := j
+			if k%2 == 1 {
+				i = 1 - j
+			}
+			n := (b.N - done[i]) / (blocks - k) // what is left, in equal parts
+			c0, t0 := cpuTime(), time.Now()
+			if !callersDo(b, rts[i], url, n) {
+				b.FailNow()
+			}
+			wall[i] += time.Since(t0)
+			cpu[i] += time.Duration(cpuTime() - c0)
+			done[i] += n
+		}
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	rps := [2]float64{n / wall[0].Seconds(), n / wall[1].Seconds()}
+	b.ReportMetric(rps[0], "base-req/s")
+	b.ReportMetric(rps[1], "req/s")
+	b.ReportMetric(rps[1]/rps[0], "req/s-ratio")
+	b.ReportMetric(float64(cpu[0])/n, "base-cpu-ns/op")
+	b.ReportMetric(float64(cpu[1])/n, "cpu-ns/op")
+	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-ratio")
+}
+
+// callersDo sends n GETs through rt from 16 goroutines, and reports whether
+// every one succeeded.
+func callersDo(b *testing.B, rt http.RoundTripper, url string, n int) bool {
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if !get(b, rt, url) {
+					failed.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return !failed.Load()
 }

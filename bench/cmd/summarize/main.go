@@ -85,7 +85,7 @@ func parse(r io.Reader) (round, []string) {
 // first, keeping the order of appearance otherwise.
 func sortNames(names []string) []string {
 	rank := func(n string) int {
-		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "IdleBreaker/", "Fleet/", "Hedging/"} {
+		for i, g := range []string{"Admission/", "FastFail/", "EndToEnd/", "EndToEndPaired/", "IdleBreaker/", "Fleet/", "Hedging/"} {
 			if strings.HasPrefix(n, g) {
 				r := i * 2
 				if base, _, _ := baseline(n); base == n {
@@ -137,6 +137,8 @@ func baseline(n string) (base, unit string, higherBetter bool) {
 		}
 	case "FastFail":
 		return "Admission/baseline/sequential", "ns/op", false
+	case "EndToEndPaired": // its own baseline, measured in the same process (req/s-ratio)
+		return n, "req/s-ratio", true
 	case "EndToEnd":
 		if len(parts) == 3 {
 			return "EndToEnd/bare/" + parts[2], "req/s", true
@@ -229,7 +231,10 @@ func (s *summary) table(w io.Writer, names []string) {
 		base, unit, _ := baseline(n)
 		v := s.values(n, unit)
 		r := "1"
-		if base != n {
+		switch {
+		case unit == "req/s-ratio":
+			r = ratio(median(v))
+		case base != n:
 			r = ratio(median(s.ratios(n, base, unit)))
 		}
 		allocs := median(s.values(n, "allocs/op"))
@@ -240,10 +245,18 @@ func (s *summary) table(w io.Writer, names []string) {
 		}
 		cpu := "—"
 		if c := s.values(n, "cpu-ns/op"); len(c) > 0 {
-			cpu = num(median(c)) + " (" + ratio(median(s.ratios(n, base, "cpu-ns/op"))) + ")"
+			cr := median(s.ratios(n, base, "cpu-ns/op"))
+			if unit == "req/s-ratio" {
+				cr = median(s.values(n, "cpu-ratio"))
+			}
+			cpu = num(median(c)) + " (" + ratio(cr) + ")"
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | `%s` | %s | %s | %s |\n",
-			n, unit, num(median(v)), spread(v), r, base, num(allocs), num(bytes), cpu)
+		baseCell := "`" + base + "`"
+		if unit == "req/s-ratio" {
+			baseCell = "bare net/http, alternating in the same process"
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			n, unit, num(median(v)), spread(v), r, baseCell, num(allocs), num(bytes), cpu)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's.")
@@ -308,12 +321,25 @@ func (s *summary) targets(w io.Writer) {
 		da := med(ob, "allocs/op") - med(bare, "allocs/op")
 		db := med(ob, "B/op") - med(bare, "B/op")
 		measured := fmt.Sprintf("%s× (%+.0f allocs, %+.0f B, %s× client CPU per request)", ratio(r), da, db, ratio(cpu))
-		if mode == "sequential" {
+		paired := "EndToEndPaired/" + mode
+		switch {
+		case mode == "sequential":
 			info("end to end (sequential): requests/s vs bare net/http", measured)
 			continue
+		case len(s.values(paired, "req/s-ratio")) > 0:
+			// The targets are checked on the paired runs, where both
+			// clients share the process and alternate every block.
+			info("end to end ("+mode+"), each client in its own process: requests/s vs bare net/http", measured)
+			r, cpu = med(paired, "req/s-ratio"), med(paired, "cpu-ratio")
+			measured = fmt.Sprintf("%s× (paired in one process; %s× client CPU per request)", ratio(r), ratio(cpu))
 		}
 		row("end to end ("+mode+"): ≥ 0.98× bare net/http requests/s", measured, r >= 0.98)
 		row("end to end ("+mode+"): client CPU per request ≤ 1.02× bare net/http's", ratio(cpu)+"×", cpu <= 1.02)
+	}
+	if aa := "EndToEndPaired/16-callers-bare-vs-bare"; len(s.values(aa, "req/s-ratio")) > 0 {
+		v := s.values(aa, "req/s-ratio")
+		info("the paired runs' own error: bare net/http against itself (requests/s, client CPU)",
+			fmt.Sprintf("%s× [%s–%s], %s×", ratio(median(v)), ratio(slices.Min(v)), ratio(slices.Max(v)), ratio(med(aa, "cpu-ratio"))))
 	}
 	if len(s.values("Fleet/outbound/sequential", "ns/op")) > 0 {
 		for _, mode := range []string{"sequential", "16-goroutines"} {

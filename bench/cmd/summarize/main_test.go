@@ -43,3 +43,39 @@ func TestRatiosAgainstSameRound(t *testing.T) {
 		t.Errorf("table row missing:\n%s", out.String())
 	}
 }
+
+// pairedSample is one round in which the separate-process runs put outbound
+// below the target and the paired run above it.
+const pairedSample = `BenchmarkEndToEnd/bare/16-callers-2        	   50000	     16000 ns/op	        16.00 conns	     15000 cpu-ns/op	     62500 req/s	    3350 B/op	      41 allocs/op
+BenchmarkEndToEnd/outbound/16-callers      	   50000	     16000 ns/op	        16.00 conns	     16500 cpu-ns/op	     56250 req/s	    3350 B/op	      38 allocs/op
+BenchmarkEndToEndPaired/16-callers-2         	   50000	     52952 ns/op	     25847 base-cpu-ns/op	     37820 base-req/s	         1.010 cpu-ratio	     25855 cpu-ns/op	     37730 req/s	         0.9900 req/s-ratio
+BenchmarkEndToEndPaired/16-callers-bare-vs-bare-2         	   50000	     52952 ns/op	     25847 base-cpu-ns/op	     37820 base-req/s	         1.001 cpu-ratio	     25855 cpu-ns/op	     37730 req/s	         0.9970 req/s-ratio
+`
+
+func TestTheEndToEndTargetsAreCheckedOnThePairedRunsWhenThereAreAny(t *testing.T) {
+	r, names := parse(strings.NewReader(pairedSample))
+	s := &summary{rounds: []round{r}}
+	var out bytes.Buffer
+	s.table(&out, sortNames(names))
+	s.targets(&out)
+	for _, want := range []string{
+		"| `EndToEndPaired/16-callers` | req/s-ratio | 0.99 | 0.99–0.99 | 0.990 | bare net/http, alternating in the same process |",
+		"| end to end (16-callers), each client in its own process: requests/s vs bare net/http | 0.900× ",
+		"| end to end (16-callers): ≥ 0.98× bare net/http requests/s | 0.990× (paired in one process; 1.010× client CPU per request) | yes |",
+		"| end to end (16-callers): client CPU per request ≤ 1.02× bare net/http's | 1.010× | yes |",
+		"| the paired runs' own error: bare net/http against itself (requests/s, client CPU) | 0.997× [0.997–0.997], 1.001× | (information) |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+	// Without the paired run, the same round misses the target.
+	s = &summary{rounds: []round{r}}
+	delete(r, "EndToEndPaired/16-callers")
+	out.Reset()
+	s.targets(&out)
+	if !strings.Contains(out.String(), "| end to end (16-callers): ≥ 0.98× bare net/http requests/s | 0.900× ") ||
+		!strings.Contains(out.String(), "| **no** |") {
+		t.Errorf("without the paired run, the separate-process ratio should be checked:\n%s", out.String())
+	}
+}
