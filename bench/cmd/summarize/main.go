@@ -239,9 +239,12 @@ func (s *summary) table(w io.Writer, names []string) {
 		}
 		allocs := median(s.values(n, "allocs/op"))
 		bytes := median(s.values(n, "B/op"))
-		if unit == "B/breaker" { // allocs/op and B/op count 100,000 breakers
+		switch unit {
+		case "B/breaker": // allocs/op and B/op count 100,000 breakers
 			allocs /= upstreams
 			bytes = median(s.values(n, "alloc-B/breaker"))
+		case "req/s-ratio": // both clients' allocations, in one process: the EndToEnd rows have each one's
+			allocs, bytes = math.NaN(), math.NaN()
 		}
 		cpu := "—"
 		if c := s.values(n, "cpu-ns/op"); len(c) > 0 {
@@ -259,7 +262,7 @@ func (s *summary) table(w io.Writer, names []string) {
 			n, unit, num(median(v)), spread(v), r, baseCell, num(allocs), num(bytes), cpu)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's.")
+	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's. For `EndToEndPaired` rows, the figure is outbound's requests/s over bare net/http's, the two alternating in blocks in one process, and client CPU is outbound's per request with its ratio to bare's over the same blocks; `16-callers-bare-vs-bare` pairs bare with itself.")
 	fmt.Fprintln(w)
 }
 

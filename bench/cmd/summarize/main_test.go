@@ -59,7 +59,7 @@ func TestTheEndToEndTargetsAreCheckedOnThePairedRunsWhenThereAreAny(t *testing.T
 	s.table(&out, sortNames(names))
 	s.targets(&out)
 	for _, want := range []string{
-		"| `EndToEndPaired/16-callers` | req/s-ratio | 0.99 | 0.99–0.99 | 0.990 | bare net/http, alternating in the same process |",
+		"| `EndToEndPaired/16-callers` | req/s-ratio | 0.99 | 0.99–0.99 | 0.990 | bare net/http, alternating in the same process | — | — | 25855 (1.010) |",
 		"| end to end (16-callers), each client in its own process: requests/s vs bare net/http | 0.900× ",
 		"| end to end (16-callers): ≥ 0.98× bare net/http requests/s | 0.990× (paired in one process; 1.010× client CPU per request) | yes |",
 		"| end to end (16-callers): client CPU per request ≤ 1.02× bare net/http's | 1.010× | yes |",
