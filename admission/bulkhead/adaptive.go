@@ -10,8 +10,9 @@ import (
 
 // The adaptive mode (Config.Adaptive) learns the limit from the latency of
 // answered attempts, in windows of at least minWindow answers (and at least
-// the limit's worth, about one round trip of every slot). Each window's mean
-// latency is compared with the uncongested latency, the lowest window mean
+// the limit's worth, about one round trip of every slot, up to
+// maxWindowSize). Each window's mean latency is compared with the
+// uncongested latency, the lowest window mean
 // of the last baselineWindows windows (corrected for the noise of those
 // means):
 //
@@ -49,19 +50,36 @@ const (
 	refreshEvery    = baselineWindows / 2
 	growth          = 2
 
-	// The packing of adaptive.window: a count of at most maxWindowSize
-	// answers above a sum of latencies, each at most maxUnits units.
-	countShift    = 42
-	maxWindowSize = 1 << 20
-	maxUnits      = 1<<12 - 1
+	// The packing of adaptive.window: a count of answers above a sum of
+	// latencies, each at most maxUnits units.
+	countShift = 42
+	maxUnits   = 1<<12 - 1
+
+	// The packing of adaptive.slots: the slots in use in the bits below
+	// sqShift, the sum of the window's squared latencies above them. The
+	// limit never exceeds MaxAdaptive, so the slots never reach the squares;
+	// a window of at most maxWindowSize answers keeps the squares' sum
+	// (each at most (maxSampleRatio·2048)², under 2^26) within the 41 bits
+	// above. Squares that overflowed would only wrap at the top of the word
+	// and spoil one window's noise estimate, never the slot count.
+	sqShift       = 23
+	slotMask      = 1<<sqShift - 1
+	maxWindowSize = 1 << 13
+
+	// MaxAdaptive is the highest MaxConcurrent of an adaptive Bulkhead.
+	MaxAdaptive = 1 << 22
 )
 
 type adaptive struct {
 	min, max int64
 	tol      float64
 
-	limit   atomic.Int64
-	inUse   atomic.Int64
+	limit atomic.Int64
+	// The slots in use (the bits below sqShift) and the sum of the squared
+	// latencies of the window in progress, in units of unit (the bits
+	// above), so that an answer gives its slot back and adds its square in
+	// one addition.
+	slots   atomic.Int64
 	reached atomic.Bool // the limit was reached in the window in progress
 
 	skip atomic.Int64 // answers not to count: attempts admitted before the last window closed
@@ -70,7 +88,6 @@ type adaptive struct {
 	// one addition for both.
 	window atomic.Int64
 	first  atomic.Int64 // the latencies (ns) added while unit was 0
-	sq     atomic.Int64 // the squares of the latencies, in units of unit
 	unit   atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base; 0 before the first window
 	size   atomic.Int64 // answers that close the window
 	base   atomic.Int64 // the uncongested latency (ns); 0 before the first window
@@ -111,12 +128,13 @@ func newAdaptive(cfg Config) *adaptive {
 
 func (a *adaptive) tryAcquire() bool {
 	for {
-		n, l := a.inUse.Load(), a.limit.Load()
+		v, l := a.slots.Load(), a.limit.Load()
+		n := v & slotMask
 		if n >= l {
 			a.markReached()
 			return false
 		}
-		if a.inUse.CompareAndSwap(n, n+1) {
+		if a.slots.CompareAndSwap(v, v+1) {
 			if n+1 >= l {
 				a.markReached()
 			}
@@ -135,15 +153,11 @@ func (a *adaptive) markReached() {
 // an answer, which the limit learns from. It reports by how much the limit
 // grew (the waiters to wake beyond the one the slot is for).
 func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
-	if a.inUse.Add(-1) < 0 {
-		panic("bulkhead: released more than held")
-	}
-	if !answered {
-		return 0
-	}
-	if a.skip.Load() > 0 && a.skip.Add(-1) >= 0 {
-		// The answer of an attempt in flight when the last window closed:
-		// admitted under the limit before, it tells of that one.
+	if !answered || a.skip.Load() > 0 && a.skip.Add(-1) >= 0 {
+		// No latency, or the answer of an attempt in flight when the last
+		// window closed: admitted under the limit before, it tells of
+		// that one.
+		a.giveBack(-1)
 		return 0
 	}
 	ns := max(int64(elapsed), 1)
@@ -158,17 +172,39 @@ func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
 		add |= units(ns, u)
 	}
 	n := a.window.Add(add) >> countShift
+	slot := int64(-1)
 	if u > 0 {
 		// Truncated, not rounded as the sum is: the simulations of
 		// bench/overload_test.go are tuned on this estimate of the noise,
 		// and one in two answers squared was not enough for it.
 		x := ns >> (u - 1)
-		a.sq.Add(x * x)
+		slot += x * x << sqShift
 	}
+	a.giveBack(slot)
 	if n < a.size.Load() {
 		return 0
 	}
 	return a.closeWindow()
+}
+
+// giveBack adds d to slots: a slot given back (-1), with a square or not.
+func (a *adaptive) giveBack(d int64) {
+	if (a.slots.Add(d)+1)&slotMask == 0 { // the slots were at 0: borrowed from the squares
+		panic("bulkhead: released more than held")
+	}
+}
+
+// inUse returns the slots in use.
+func (a *adaptive) inUse() int64 { return a.slots.Load() & slotMask }
+
+// takeSquares empties the sum of squared latencies and returns it.
+func (a *adaptive) takeSquares() int64 {
+	for {
+		v := a.slots.Load()
+		if a.slots.CompareAndSwap(v, v&slotMask) {
+			return int64(uint64(v) >> sqShift)
+		}
+	}
 }
 
 // units is ns in units of unit u (> 0), rounded, at most maxUnits.
@@ -192,7 +228,7 @@ func (a *adaptive) closeWindow() int64 {
 	if unit > 0 {
 		sum += (win & (1<<countShift - 1)) << (unit - 1)
 	}
-	sq := a.sq.Swap(0)
+	sq := a.takeSquares()
 	reached := a.reached.Swap(false)
 	mean := max(sum/n, 1)
 	l := a.limit.Load()
@@ -237,7 +273,7 @@ func (a *adaptive) closeWindow() int64 {
 	a.limit.Store(nl)
 	a.size.Store(windowSize(nl))
 	if nl != l {
-		a.skip.Store(a.inUse.Load())
+		a.skip.Store(a.inUse())
 	}
 	return max(nl-l, 0)
 }

@@ -230,10 +230,76 @@ func TestAdaptiveConfigurationErrorsNameTheField(t *testing.T) {
 		{bulkhead.Config{MaxConcurrent: 10, Adaptive: true, MinConcurrent: 5, InitialConcurrent: 4}, "InitialConcurrent"},
 		{bulkhead.Config{MaxConcurrent: 10, Adaptive: true, InitialConcurrent: 11}, "InitialConcurrent"},
 		{bulkhead.Config{MaxConcurrent: 10, Adaptive: true, Tolerance: -1}, "Tolerance"},
+		{bulkhead.Config{MaxConcurrent: bulkhead.MaxAdaptive + 1, Adaptive: true}, "MaxConcurrent"},
 	} {
 		_, err := bulkhead.New(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.field)
 		}
+	}
+}
+
+func TestAnAdaptiveBulkheadTakesMaxConcurrentUpToMaxAdaptive(t *testing.T) {
+	h := newAdaptive(t, bulkhead.Config{MaxConcurrent: bulkhead.MaxAdaptive, InitialConcurrent: bulkhead.MaxAdaptive})
+	if h.Limit() != bulkhead.MaxAdaptive {
+		t.Fatalf("limit %d, want %d", h.Limit(), bulkhead.MaxAdaptive)
+	}
+}
+
+// The slots in use share a word with the window's squared latencies: the
+// largest squares, over whole windows, with the most slots held, leave the
+// count exact.
+func TestSquaredLatenciesNeverChangeTheSlotsInUse(t *testing.T) {
+	const held = 100_000
+	h := newAdaptive(t, bulkhead.Config{MaxConcurrent: bulkhead.MaxAdaptive, InitialConcurrent: held, MinConcurrent: held})
+	n := 0
+	for n < held && h.TryAcquire() {
+		n++
+	}
+	if n != held || h.InUse() != held {
+		t.Fatalf("took %d, InUse %d, want %d", n, h.InUse(), held)
+	}
+	// The first window sets the uncongested latency; the next ones answer
+	// a thousand times slower (counted at the cap, the largest squares).
+	for i := 0; h.Windows() < 4; i++ {
+		lat := time.Millisecond
+		if h.Windows() > 0 {
+			lat = time.Second
+		}
+		h.ReleaseAfter(lat)
+		n--
+		if h.TryAcquire() {
+			n++
+		}
+		if h.InUse() != n {
+			t.Fatalf("answer %d: InUse %d, want %d", i, h.InUse(), n)
+		}
+	}
+	for range n {
+		h.Release()
+	}
+	if h.InUse() != 0 {
+		t.Fatalf("InUse %d after every slot came back", h.InUse())
+	}
+}
+
+func TestReleasingMoreThanHeldPanicsInAdaptiveMode(t *testing.T) {
+	for _, release := range []func(*bulkhead.Bulkhead){
+		func(h *bulkhead.Bulkhead) { h.Release() },
+		func(h *bulkhead.Bulkhead) { h.ReleaseAfter(time.Millisecond) },
+	} {
+		h := newAdaptive(t, bulkhead.Config{MaxConcurrent: 4})
+		if !h.TryAcquire() {
+			t.Fatal("no slot")
+		}
+		release(h)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			release(h)
+		}()
 	}
 }

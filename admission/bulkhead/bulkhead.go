@@ -51,7 +51,8 @@ type Config struct {
 	// ReleaseAfter): it comes down when answers get slower than the
 	// upstream's uncongested latency by more than Tolerance — the upstream
 	// is queueing — and goes up while they do not and the limit is
-	// reached. An adaptive bulkhead is never striped.
+	// reached. An adaptive bulkhead is never striped, and its
+	// MaxConcurrent is at most MaxAdaptive.
 	Adaptive bool
 
 	// MinConcurrent is the lowest the adaptive limit goes (default 1);
@@ -119,6 +120,8 @@ func validateAdaptive(cfg Config) error {
 		return cfgerr.New("bulkhead", "InitialConcurrent", "needs Adaptive, got %d without it", cfg.InitialConcurrent)
 	case !cfg.Adaptive && cfg.Tolerance != 0:
 		return cfgerr.New("bulkhead", "Tolerance", "needs Adaptive, got %v without it", cfg.Tolerance)
+	case cfg.Adaptive && cfg.MaxConcurrent > MaxAdaptive:
+		return cfgerr.New("bulkhead", "MaxConcurrent", "must be at most %d with Adaptive, got %d", MaxAdaptive, cfg.MaxConcurrent)
 	case cfg.MinConcurrent < 0 || cfg.MinConcurrent > cfg.MaxConcurrent:
 		return cfgerr.New("bulkhead", "MinConcurrent", "must be in [0, MaxConcurrent %d], got %d", cfg.MaxConcurrent, cfg.MinConcurrent)
 	case cfg.InitialConcurrent < 0 || cfg.InitialConcurrent > cfg.MaxConcurrent ||
@@ -380,7 +383,7 @@ func (h *Bulkhead) InUse() int {
 		return 0
 	}
 	if h.ad != nil {
-		return int(min(max(h.ad.inUse.Load(), 0), h.max))
+		return int(min(h.ad.inUse(), h.max))
 	}
 	n := h.max - h.free.Load()
 	if s := h.stripes.Load(); s != nil {
