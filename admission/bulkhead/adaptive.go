@@ -10,8 +10,10 @@ import (
 
 // The adaptive mode (Config.Adaptive) learns the limit from the latency of
 // answered attempts, in windows of at least minWindow answers (and at least
-// the limit's worth, about one round trip of every slot, up to
-// maxWindowSize). Each window's mean latency is compared with the
+// twice the limit's worth, about two round trips of every slot, up to
+// maxWindowSize: a window of one round trip closed just after the limit
+// moved holds the short answers of the attempts just sent, not yet their
+// long ones, and reads low). Each window's mean latency is compared with the
 // uncongested latency, the lowest window mean
 // of the last baselineWindows windows (corrected for the noise of those
 // means):
@@ -32,7 +34,8 @@ import (
 // seen, probes at halves of the limit, in case the slow start began above
 // the capacity (every window then queued, and the baseline is a queue's);
 // and every refreshEvery windows one at half the limit, so that the ring
-// always holds an uncongested window.
+// always holds an uncongested window (one round trip's worth of answers
+// is enough for that one).
 //
 // A sample is counted at most maxSampleRatio times the uncongested latency,
 // so a slow tail (a few answers 100 times slower, which is not queueing)
@@ -47,7 +50,7 @@ const (
 	defaultInitial  = 20
 	baselineWindows = 64
 	maxSampleRatio  = 3
-	refreshEvery    = baselineWindows / 2
+	refreshEvery    = baselineWindows * 3 / 4
 	growth          = 2
 
 	// The packing of adaptive.window: a count of answers above a sum of
@@ -213,7 +216,7 @@ func units(ns, u int64) int64 {
 }
 
 // windowSize is the number of answers of a window at limit l.
-func windowSize(l int64) int64 { return min(max(l, minWindow), maxWindowSize) }
+func windowSize(l int64) int64 { return min(max(2*l, minWindow), maxWindowSize) }
 
 // closeWindow ends the window in progress and adjusts the limit.
 func (a *adaptive) closeWindow() int64 {
@@ -271,7 +274,11 @@ func (a *adaptive) closeWindow() int64 {
 	}
 	nl = min(max(nl, a.min), a.max)
 	a.limit.Store(nl)
-	a.size.Store(windowSize(nl))
+	if a.resume > 0 { // a refresh window: one round trip is enough to see the uncongested latency
+		a.size.Store(min(max(nl, minWindow), maxWindowSize))
+	} else {
+		a.size.Store(windowSize(nl))
+	}
 	if nl != l {
 		a.skip.Store(a.inUse())
 	}

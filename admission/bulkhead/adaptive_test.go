@@ -198,13 +198,19 @@ func TestAWaiterIsWokenWhenTheAdaptiveLimitGrows(t *testing.T) {
 			go func() { got <- h.Acquire(context.Background()) }()
 		}
 		synctest.Wait()
-		// Answers at a steady latency with the limit reached: it grows, by
-		// more than the one slot each answer frees.
-		for range w - 1 {
-			h.ReleaseAfter(time.Millisecond)
-		}
+		// Answers at a steady latency with the limit reached (each slot
+		// taken again at once, by this goroutine or a waiter): the first
+		// window closes, sets the uncongested latency and grows the limit,
+		// by more than the one slot each answer frees.
 		before := h.Limit()
-		h.ReleaseAfter(time.Millisecond) // closes the first window: sets the uncongested latency
+		for i := 0; h.Windows() == 0; i++ {
+			if i > 4*w {
+				t.Fatalf("no window closed after %d answers", i)
+			}
+			before = h.Limit()
+			h.ReleaseAfter(time.Millisecond)
+			h.TryAcquire()
+		}
 		if h.Windows() != 1 || h.Limit() <= before {
 			t.Fatalf("windows %d, limit %d (was %d)", h.Windows(), h.Limit(), before)
 		}
