@@ -2,10 +2,12 @@ package outboundtest_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -59,7 +61,11 @@ func TestResetStreamExecutesAndResets(t *testing.T) {
 		s := newServer(t, p)
 		c := newClient(t, s)
 		s.Enqueue(outboundtest.ResetStream(http2.ErrCodeInternal))
-		_, _, err := do(c, "GET", s.URL, "x", nil)
+		var conns []net.Addr
+		xctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn.LocalAddr()) },
+		})
+		_, _, err := doCtx(xctx, c, "GET", s.URL, "x", nil)
 		var se http2.StreamError
 		if !errors.As(err, &se) || se.Code != http2.ErrCodeInternal {
 			t.Fatalf("err = %v, want a stream error INTERNAL_ERROR", err)
@@ -67,9 +73,21 @@ func TestResetStreamExecutesAndResets(t *testing.T) {
 		if s.Executions("x") != 1 {
 			t.Errorf("Executions = %d, want 1", s.Executions("x"))
 		}
-		// The connection survives a stream reset.
-		if resp, _, err := do(c, "GET", s.URL, "y", nil); err != nil || resp.StatusCode != 200 || s.Conns() != 1 {
-			t.Errorf("next request: %v, %v on %d connections; want 200 on 1", resp, err, s.Conns())
+		// The connection survives a stream reset: the next request goes on
+		// it. (Not "the server saw one connection": net/http may dial for
+		// the next request before it sees the reset stream gone, and then
+		// send it on the first connection after all, so the count is
+		// sometimes 2; seen under load, one run in a few hundred.)
+		var first, next net.Addr
+		if len(conns) > 0 {
+			first = conns[0]
+		}
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { next = i.Conn.LocalAddr() },
+		})
+		resp, _, err := doCtx(ctx, c, "GET", s.URL, "y", nil)
+		if err != nil || resp.StatusCode != 200 || first == nil || next == nil || next.String() != first.String() {
+			t.Errorf("next request: %v, %v on connection %v; want 200 on the reset stream's connection %v", resp, err, next, first)
 		}
 	})
 }
