@@ -61,11 +61,8 @@ func TestResetStreamExecutesAndResets(t *testing.T) {
 		s := newServer(t, p)
 		c := newClient(t, s)
 		s.Enqueue(outboundtest.ResetStream(http2.ErrCodeInternal))
-		var conns []net.Addr
-		xctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn.LocalAddr()) },
-		})
-		_, _, err := doCtx(xctx, c, "GET", s.URL, "x", nil)
+		var first, next net.Addr
+		_, _, err := doCtx(onConn(&first), c, "GET", s.URL, "x", nil)
 		var se http2.StreamError
 		if !errors.As(err, &se) || se.Code != http2.ErrCodeInternal {
 			t.Fatalf("err = %v, want a stream error INTERNAL_ERROR", err)
@@ -78,17 +75,18 @@ func TestResetStreamExecutesAndResets(t *testing.T) {
 		// the next request before it sees the reset stream gone, and then
 		// send it on the first connection after all, so the count is
 		// sometimes 2; seen under load, one run in a few hundred.)
-		var first, next net.Addr
-		if len(conns) > 0 {
-			first = conns[0]
-		}
-		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) { next = i.Conn.LocalAddr() },
-		})
-		resp, _, err := doCtx(ctx, c, "GET", s.URL, "y", nil)
+		resp, _, err := doCtx(onConn(&next), c, "GET", s.URL, "y", nil)
 		if err != nil || resp.StatusCode != 200 || first == nil || next == nil || next.String() != first.String() {
 			t.Errorf("next request: %v, %v on connection %v; want 200 on the reset stream's connection %v", resp, err, next, first)
 		}
+	})
+}
+
+// onConn returns a context whose request records in addr the local address
+// of the connection it is sent on.
+func onConn(addr *net.Addr) context.Context {
+	return httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { *addr = i.Conn.LocalAddr() },
 	})
 }
 

@@ -125,7 +125,7 @@ func newAdaptive(cfg Config) *adaptive {
 		initial = min(a.max, max(a.min, defaultInitial))
 	}
 	a.limit.Store(initial)
-	a.size.Store(windowSize(initial))
+	a.size.Store(windowSize(initial, 2))
 	return a
 }
 
@@ -215,8 +215,9 @@ func units(ns, u int64) int64 {
 	return min((ns+(1<<(u-1))>>1)>>(u-1), maxUnits)
 }
 
-// windowSize is the number of answers of a window at limit l.
-func windowSize(l int64) int64 { return min(max(2*l, minWindow), maxWindowSize) }
+// windowSize is the number of answers of a window at limit l that lasts
+// about trips round trips of every slot.
+func windowSize(l, trips int64) int64 { return min(max(trips*l, minWindow), maxWindowSize) }
 
 // closeWindow ends the window in progress and adjusts the limit.
 func (a *adaptive) closeWindow() int64 {
@@ -274,11 +275,11 @@ func (a *adaptive) closeWindow() int64 {
 	}
 	nl = min(max(nl, a.min), a.max)
 	a.limit.Store(nl)
+	trips := int64(2)
 	if a.resume > 0 { // a refresh window: one round trip is enough to see the uncongested latency
-		a.size.Store(min(max(nl, minWindow), maxWindowSize))
-	} else {
-		a.size.Store(windowSize(nl))
+		trips = 1
 	}
+	a.size.Store(windowSize(nl, trips))
 	if nl != l {
 		a.skip.Store(a.inUse())
 	}

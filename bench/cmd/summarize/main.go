@@ -229,33 +229,34 @@ func (s *summary) table(w io.Writer, names []string) {
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---:|---:|")
 	for _, n := range names {
 		base, unit, _ := baseline(n)
+		paired := unit == "req/s-ratio" // an EndToEndPaired row: its ratios are its own figures
 		v := s.values(n, unit)
 		r := "1"
 		switch {
-		case unit == "req/s-ratio":
+		case paired:
 			r = ratio(median(v))
 		case base != n:
 			r = ratio(median(s.ratios(n, base, unit)))
 		}
 		allocs := median(s.values(n, "allocs/op"))
 		bytes := median(s.values(n, "B/op"))
-		switch unit {
-		case "B/breaker": // allocs/op and B/op count 100,000 breakers
+		switch {
+		case unit == "B/breaker": // allocs/op and B/op count 100,000 breakers
 			allocs /= upstreams
 			bytes = median(s.values(n, "alloc-B/breaker"))
-		case "req/s-ratio": // both clients' allocations, in one process: the EndToEnd rows have each one's
+		case paired: // both clients' allocations, in one process: the EndToEnd rows have each one's
 			allocs, bytes = math.NaN(), math.NaN()
 		}
 		cpu := "—"
 		if c := s.values(n, "cpu-ns/op"); len(c) > 0 {
 			cr := median(s.ratios(n, base, "cpu-ns/op"))
-			if unit == "req/s-ratio" {
+			if paired {
 				cr = median(s.values(n, "cpu-ratio"))
 			}
 			cpu = num(median(c)) + " (" + ratio(cr) + ")"
 		}
 		baseCell := "`" + base + "`"
-		if unit == "req/s-ratio" {
+		if paired {
 			baseCell = "bare net/http, alternating in the same process"
 		}
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n",
