@@ -373,7 +373,11 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		p.releaseSlot(k, elapsed)
+		if p.onEvent == nil && k == Success { // the common case, one call fewer
+			p.bulkhead.ReleaseAfter(elapsed)
+		} else {
+			p.releaseSlot(k, elapsed)
+		}
 		p.event(Bulkhead, Exit, nil)
 	}
 	if k == Refund {

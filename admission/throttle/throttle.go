@@ -122,9 +122,16 @@ func (t *Throttle) AllowAt(now int64) bool {
 	if t == nil {
 		return true
 	}
-	i := t.advanceTo(now)
+	if now >= t.next.Load() { // advanceTo, written out: this is every attempt's path
+		t.move(now)
+	}
+	i := t.current()
+	o := t.pastOthers.Load() + t.others[i].Load()
+	if o == 0 { // the upstream accepted every attempt in the window
+		return true
+	}
 	a := t.pastAcc.Load() + t.acc[i].Load()
-	p := t.probability(t.pastOthers.Load()+t.others[i].Load()+a, a)
+	p := t.probability(o+a, a)
 	if p == 0 || rand.Float64() >= p {
 		return true
 	}
@@ -195,16 +202,22 @@ func (t *Throttle) Counts() (requests, accepts int64) {
 // fallen out of it, and returns the current bucket's index.
 func (t *Throttle) advance() int { return t.advanceTo(clock.Now()) }
 
-// advanceTo is advance at the time now.
+// advanceTo is advance at the time now. The window moves once every
+// Window/10: the rest of the time it is two loads, inlined.
 func (t *Throttle) advanceTo(now int64) int {
-	if now < t.next.Load() {
-		return t.current()
+	if now >= t.next.Load() {
+		t.move(now)
 	}
+	return t.current()
+}
+
+// move moves the window to now, which is at or after the next bucket's start.
+func (t *Throttle) move(now int64) {
 	e := floorDiv(now, t.width)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e <= t.epoch { // moved meanwhile, by another caller
-		return t.current()
+		return
 	}
 	for cur := max(t.epoch, e-buckets); cur < e; cur++ {
 		i := index(cur + 1)
@@ -226,7 +239,6 @@ func (t *Throttle) advanceTo(now int64) int {
 	t.pastAcc.Store(acc)
 	t.cur.Store(int32(i))
 	t.next.Store((e + 1) * t.width)
-	return i
 }
 
 // floorDiv is a/b rounded down (a is negative inside a synctest bubble).
