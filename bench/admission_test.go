@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/throttle"
 )
@@ -49,13 +50,15 @@ func newOutbound(tb testing.TB) *admission.Pipeline {
 }
 
 // newOutboundAdaptive is newOutbound with the client-side throttle on and
-// the bulkhead's limit adaptive (from MaxConcurrent down to no fewer than
-// the goroutines of a parallel run, which never reject).
+// the bulkhead's limit adaptive (from the highest an adaptive bulkhead
+// takes, still far above any caller count here, down to no fewer than the
+// goroutines of a parallel run, which never reject).
 func newOutboundAdaptive(tb testing.TB) *admission.Pipeline {
 	cfg := outboundAdmissionConfig("bench")
 	cfg.Bulkhead.Adaptive = true
-	cfg.Bulkhead.InitialConcurrent = bulkheadSlots
-	cfg.Bulkhead.MinConcurrent = min(bulkheadSlots, runtime.GOMAXPROCS(0)+1)
+	cfg.Bulkhead.MaxConcurrent = min(bulkheadSlots, bulkhead.MaxAdaptive)
+	cfg.Bulkhead.InitialConcurrent = cfg.Bulkhead.MaxConcurrent
+	cfg.Bulkhead.MinConcurrent = min(cfg.Bulkhead.MaxConcurrent, runtime.GOMAXPROCS(0)+1)
 	cfg.Throttle = throttle.Config{Enabled: true}
 	p, err := admission.New(cfg)
 	if err != nil {

@@ -53,24 +53,35 @@ const (
 	refreshEvery    = baselineWindows * 3 / 4
 	growth          = 2
 
-	// The packing of adaptive.window: a count of answers above a sum of
-	// latencies, each at most maxUnits units.
-	countShift = 42
+	// The packing of adaptive.slots, so that an answer gives its slot back
+	// and adds itself to the window in progress in one addition: the slots
+	// in use in the low slotBits bits, the answers of the window above
+	// them, and the sum of their latencies (each at most maxUnits units) in
+	// the top bits. The limit never exceeds MaxAdaptive, so the slots never
+	// reach the count. A window closes at maxWindowSize answers at most,
+	// with those that arrive while it closes (each of their callers waits
+	// for the close): the count has room for 2^countBits of them, the sum
+	// for 2^17 at the cap. A sum that overflowed would only wrap at the top
+	// of the word and spoil one window's mean, never the slot count.
+	slotBits   = 17
+	slotMask   = 1<<slotBits - 1
+	countShift = slotBits
+	countBits  = 18
+	countMask  = 1<<countBits - 1
+	sumShift   = countShift + countBits
 	maxUnits   = 1<<12 - 1
 
-	// The packing of adaptive.slots: the slots in use in the bits below
-	// sqShift, the sum of the window's squared latencies above them. The
-	// limit never exceeds MaxAdaptive, so the slots never reach the squares;
-	// a window of at most maxWindowSize answers keeps the squares' sum
-	// (each at most (maxSampleRatio·2048)², under 2^26) within the 41 bits
-	// above. Squares that overflowed would only wrap at the top of the word
-	// and spoil one window's noise estimate, never the slot count.
-	sqShift       = 23
-	slotMask      = 1<<sqShift - 1
 	maxWindowSize = 1 << 13
 
+	// The squared latencies, for the noise of a window's mean, come from
+	// every answer of a window of up to maxSquared answers, and from one
+	// answer in 2^k, evenly spread, of a longer one (at most maxSquared
+	// of them): an addition of its own, which the answers of a long window
+	// mostly skip.
+	maxSquared = 512
+
 	// MaxAdaptive is the highest MaxConcurrent of an adaptive Bulkhead.
-	MaxAdaptive = 1 << 22
+	MaxAdaptive = 1 << 16
 )
 
 type adaptive struct {
@@ -78,23 +89,19 @@ type adaptive struct {
 	tol      float64
 
 	limit atomic.Int64
-	// The slots in use (the bits below sqShift) and the sum of the squared
-	// latencies of the window in progress, in units of unit (the bits
-	// above), so that an answer gives its slot back and adds its square in
-	// one addition.
+	// The slots in use, and the answers of the window in progress with the
+	// sum of their latencies, capped, in units of unit (see slotBits).
 	slots   atomic.Int64
 	reached atomic.Bool // the limit was reached in the window in progress
 
-	skip atomic.Int64 // answers not to count: attempts admitted before the last window closed
-	// The answers in the window in progress (the bits from countShift up)
-	// and the sum of their latencies, capped, in units of unit (below):
-	// one addition for both.
-	window atomic.Int64
-	first  atomic.Int64 // the latencies (ns) added while unit was 0
-	unit   atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base; 0 before the first window
-	size   atomic.Int64 // answers that close the window
-	base   atomic.Int64 // the uncongested latency (ns); 0 before the first window
-	wins   atomic.Int64 // windows closed
+	skip    atomic.Int64 // answers not to count: attempts admitted before the last window closed
+	squares atomic.Int64 // the sum of the squared latencies of the answers sampled (see sqEvery)
+	sqEvery atomic.Int64 // 2^k - 1: the answers whose count in the window it masks to 0 add their squares
+	first   atomic.Int64 // the latencies (ns) added while unit was 0
+	unit    atomic.Int64 // 1 + the shift that takes latencies (ns) to about 1024ths of base; 0 before the first window
+	size    atomic.Int64 // answers that close the window
+	base    atomic.Int64 // the uncongested latency (ns); 0 before the first window
+	wins    atomic.Int64 // windows closed
 
 	mu        sync.Mutex
 	means     [baselineWindows]int64   // the last windows' mean latencies, a ring
@@ -125,8 +132,15 @@ func newAdaptive(cfg Config) *adaptive {
 		initial = min(a.max, max(a.min, defaultInitial))
 	}
 	a.limit.Store(initial)
-	a.size.Store(windowSize(initial, 2))
+	a.resize(windowSize(initial, 2))
 	return a
+}
+
+// resize sets the answers that close the window in progress, and which of
+// them add their squares.
+func (a *adaptive) resize(n int64) {
+	a.size.Store(n)
+	a.sqEvery.Store(1<<max(bits.Len64(uint64(n-1))-bits.Len64(maxSquared-1), 0) - 1)
 }
 
 func (a *adaptive) tryAcquire() bool {
@@ -167,45 +181,48 @@ func (a *adaptive) release(elapsed time.Duration, answered bool) int64 {
 	if b := a.base.Load(); b > 0 {
 		ns = min(ns, maxSampleRatio*b)
 	}
-	add := int64(1) << countShift
+	d := int64(1)<<countShift - 1 // one more answer, its slot given back
 	u := a.unit.Load()
 	if u == 0 {
 		a.first.Add(ns)
 	} else {
-		add |= units(ns, u)
+		d += units(ns, u) << sumShift
 	}
-	n := a.window.Add(add) >> countShift
-	slot := int64(-1)
-	if u > 0 {
+	n := a.giveBack(d) >> countShift & countMask
+	if u > 0 && n&a.sqEvery.Load() == 0 {
 		// Truncated, not rounded as the sum is: the simulations of
 		// bench/overload_test.go are tuned on this estimate of the noise,
-		// and one in two answers squared was not enough for it.
+		// and one in two answers squared was not enough for it in their
+		// short windows.
 		x := ns >> (u - 1)
-		slot += x * x << sqShift
+		a.squares.Add(x * x)
 	}
-	a.giveBack(slot)
 	if n < a.size.Load() {
 		return 0
 	}
 	return a.closeWindow()
 }
 
-// giveBack adds d to slots: a slot given back (-1), with a square or not.
-func (a *adaptive) giveBack(d int64) {
-	if (a.slots.Add(d)+1)&slotMask == 0 { // the slots were at 0: borrowed from the squares
+// giveBack adds d to slots (a slot given back, -1, with an answer for the
+// window or not) and returns the sum.
+func (a *adaptive) giveBack(d int64) int64 {
+	v := a.slots.Add(d)
+	if (v+1)&slotMask == 0 { // the slots were at 0: borrowed from the count
 		panic("bulkhead: released more than held")
 	}
+	return v
 }
 
 // inUse returns the slots in use.
 func (a *adaptive) inUse() int64 { return a.slots.Load() & slotMask }
 
-// takeSquares empties the sum of squared latencies and returns it.
-func (a *adaptive) takeSquares() int64 {
+// takeWindow empties the window in progress, leaving the slots in use, and
+// returns its answers and the sum of their latencies in units.
+func (a *adaptive) takeWindow() (n, sum int64) {
 	for {
 		v := a.slots.Load()
 		if a.slots.CompareAndSwap(v, v&slotMask) {
-			return int64(uint64(v) >> sqShift)
+			return v >> countShift & countMask, int64(uint64(v) >> sumShift)
 		}
 	}
 }
@@ -223,23 +240,24 @@ func windowSize(l, trips int64) int64 { return min(max(trips*l, minWindow), maxW
 func (a *adaptive) closeWindow() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.window.Load()>>countShift < a.size.Load() {
+	if a.slots.Load()>>countShift&countMask < a.size.Load() {
 		return 0 // another release closed it
 	}
-	win, unit := a.window.Swap(0), a.unit.Load()
-	n := win >> countShift
+	n, inUnits := a.takeWindow()
+	unit, every := a.unit.Load(), a.sqEvery.Load()
 	sum := a.first.Swap(0)
 	if unit > 0 {
-		sum += (win & (1<<countShift - 1)) << (unit - 1)
+		sum += inUnits << (unit - 1)
 	}
-	sq := a.takeSquares()
+	sq := a.squares.Swap(0)
 	reached := a.reached.Swap(false)
 	mean := max(sum/n, 1)
 	l := a.limit.Load()
 	var se float64 // the standard error of the window's mean, relative to it
 	if unit > 0 {
 		u := float64(int64(1) << (unit - 1))
-		v := max(float64(sq)/float64(n)*u*u-float64(mean)*float64(mean), 0)
+		sampled := max(n/(every+1), 1)
+		v := max(float64(sq)/float64(sampled)*u*u-float64(mean)*float64(mean), 0)
 		se = math.Sqrt(v/float64(n)) / float64(mean)
 	}
 	a.means[a.next], a.errs[a.next] = mean, se
@@ -279,7 +297,7 @@ func (a *adaptive) closeWindow() int64 {
 	if a.resume > 0 { // a refresh window: one round trip is enough to see the uncongested latency
 		trips = 1
 	}
-	a.size.Store(windowSize(nl, trips))
+	a.resize(windowSize(nl, trips))
 	if nl != l {
 		a.skip.Store(a.inUse())
 	}

@@ -252,11 +252,11 @@ func TestAnAdaptiveBulkheadTakesMaxConcurrentUpToMaxAdaptive(t *testing.T) {
 	}
 }
 
-// The slots in use share a word with the window's squared latencies: the
-// largest squares, over whole windows, with the most slots held, leave the
-// count exact.
-func TestSquaredLatenciesNeverChangeTheSlotsInUse(t *testing.T) {
-	const held = 100_000
+// The slots in use share a word with the window's answers and the sum of
+// their latencies: the largest latencies, over whole windows of the most
+// answers, with the most slots held, leave the count exact.
+func TestTheWindowsAnswersNeverChangeTheSlotsInUse(t *testing.T) {
+	const held = bulkhead.MaxAdaptive
 	h := newAdaptive(t, bulkhead.Config{MaxConcurrent: bulkhead.MaxAdaptive, InitialConcurrent: held, MinConcurrent: held})
 	n := 0
 	for n < held && h.TryAcquire() {
@@ -266,7 +266,7 @@ func TestSquaredLatenciesNeverChangeTheSlotsInUse(t *testing.T) {
 		t.Fatalf("took %d, InUse %d, want %d", n, h.InUse(), held)
 	}
 	// The first window sets the uncongested latency; the next ones answer
-	// a thousand times slower (counted at the cap, the largest squares).
+	// a thousand times slower (counted at the cap, the largest sums).
 	for i := 0; h.Windows() < 4; i++ {
 		lat := time.Millisecond
 		if h.Windows() > 0 {

@@ -203,7 +203,7 @@ func (t *Throttle) Counts() (requests, accepts int64) {
 func (t *Throttle) advance() int { return t.advanceTo(clock.Now()) }
 
 // advanceTo is advance at the time now. The window moves once every
-// Window/10: the rest of the time it is two loads, inlined.
+// Window/10: the rest of the time this is two loads.
 func (t *Throttle) advanceTo(now int64) int {
 	if now >= t.next.Load() {
 		t.move(now)
