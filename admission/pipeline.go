@@ -373,11 +373,7 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	}
 	pm.p = nil
 	if p.bulkhead != nil {
-		if p.onEvent == nil && k == Success { // the common case, one call fewer
-			p.bulkhead.ReleaseAfter(elapsed)
-		} else {
-			p.releaseSlot(k, elapsed)
-		}
+		p.releaseSlot(k, elapsed)
 		p.event(Bulkhead, Exit, nil)
 	}
 	if k == Refund {

@@ -147,12 +147,7 @@ func (h *Bulkhead) Acquire(ctx context.Context) error {
 }
 
 // TryAcquire takes a slot if one is free now, without waiting.
-func (h *Bulkhead) TryAcquire() bool {
-	if h != nil && h.ad != nil { // one call fewer on every attempt's path
-		return h.ad.tryAcquire()
-	}
-	return h == nil || h.tryAcquire(0)
-}
+func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
 
 // tryAcquire takes a slot free at once; hint chooses the per-processor cell
 // a striped bulkhead takes from. Any hint is correct; one from the caller's
@@ -263,17 +258,16 @@ func (h *Bulkhead) Release() { h.release(0) }
 // answer.
 func (h *Bulkhead) ReleaseAfter(elapsed time.Duration) {
 	if h != nil && h.ad != nil {
-		if grew := h.ad.release(elapsed, true); h.waiting.Load() > 0 {
-			h.wakeFor(grew)
-		}
+		h.releaseAdaptive(elapsed, true)
 		return
 	}
 	h.release(0)
 }
 
-// wakeFor wakes, after a slot was given back to an adaptive bulkhead, one
+// releaseAdaptive gives a slot back to an adaptive bulkhead, and wakes one
 // waiter for it and one for each slot by which the limit grew.
-func (h *Bulkhead) wakeFor(grew int64) {
+func (h *Bulkhead) releaseAdaptive(elapsed time.Duration, answered bool) {
+	grew := h.ad.release(elapsed, answered)
 	for i := int64(0); i <= grew && h.waiting.Load() > 0; i++ {
 		h.wakeOne()
 	}
@@ -284,9 +278,7 @@ func (h *Bulkhead) release(hint uint32) {
 		return
 	}
 	if h.ad != nil {
-		if h.ad.release(0, false); h.waiting.Load() > 0 {
-			h.wakeFor(0)
-		}
+		h.releaseAdaptive(0, false)
 		return
 	}
 	if s := h.stripes.Load(); s != nil {

@@ -352,13 +352,7 @@ const (
 )
 
 // Success records a successful call that took elapsed.
-func (p *Permit) Success(elapsed time.Duration) {
-	if b := p.b; b != nil && int64(elapsed) <= b.slowDur && b.clean.Load() {
-		p.b = nil // see Breaker.clean: inlined, the fast path of every success
-		return
-	}
-	p.resolve(success, elapsed)
-}
+func (p *Permit) Success(elapsed time.Duration) { p.resolve(success, elapsed) }
 
 // Failure records a failed call that took elapsed.
 func (p *Permit) Failure(elapsed time.Duration) { p.resolve(failure, elapsed) }

@@ -122,10 +122,7 @@ func (t *Throttle) AllowAt(now int64) bool {
 	if t == nil {
 		return true
 	}
-	if now >= t.next.Load() { // advanceTo, written out: this is every attempt's path
-		t.move(now)
-	}
-	i := t.current()
+	i := t.advanceTo(now)
 	o := t.pastOthers.Load() + t.others[i].Load()
 	if o == 0 { // the upstream accepted every attempt in the window
 		return true
@@ -202,22 +199,16 @@ func (t *Throttle) Counts() (requests, accepts int64) {
 // fallen out of it, and returns the current bucket's index.
 func (t *Throttle) advance() int { return t.advanceTo(clock.Now()) }
 
-// advanceTo is advance at the time now. The window moves once every
-// Window/10: the rest of the time this is two loads.
+// advanceTo is advance at the time now.
 func (t *Throttle) advanceTo(now int64) int {
-	if now >= t.next.Load() {
-		t.move(now)
+	if now < t.next.Load() {
+		return t.current()
 	}
-	return t.current()
-}
-
-// move moves the window to now, which is at or after the next bucket's start.
-func (t *Throttle) move(now int64) {
 	e := floorDiv(now, t.width)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e <= t.epoch { // moved meanwhile, by another caller
-		return
+		return t.current()
 	}
 	for cur := max(t.epoch, e-buckets); cur < e; cur++ {
 		i := index(cur + 1)
@@ -239,6 +230,7 @@ func (t *Throttle) move(now int64) {
 	t.pastAcc.Store(acc)
 	t.cur.Store(int32(i))
 	t.next.Store((e + 1) * t.width)
+	return i
 }
 
 // floorDiv is a/b rounded down (a is negative inside a synctest bubble).
