@@ -27,6 +27,7 @@ type Fault struct {
 	n, m    int
 	answer  bool
 	abrupt  bool
+	refuse  bool
 	code    http2.ErrCode
 	debug   int
 }
@@ -265,6 +266,28 @@ func (f Fault) WithAbruptClose() Fault {
 	return f
 }
 
+// WithRefusedStream makes a GoAway fault reset each stream it processed
+// (counted executed) with RST_STREAM(REFUSED_STREAM) once its request has
+// arrived, instead of answering it or dropping the connection, and then
+// close the connection gracefully: what HAProxy does at hard-stop-after to
+// the streams it has already forwarded to its backend, after the GOAWAY it
+// sent when the reload began. The REFUSED_STREAM is then false — the
+// requests were executed — and the GOAWAY before it, which covered them,
+// says so. The answer argument of GoAway is ignored. Other faults ignore
+// it.
+func (f Fault) WithRefusedStream() Fault {
+	if f.kind == kindGoAway {
+		f.refuse = true
+	}
+	return f
+}
+
+// HardStop is GoAway(inFlight, inFlight, false).WithRefusedStream(): a proxy
+// shutting down hard, which resets every stream it holds with
+// REFUSED_STREAM though it has executed them all, after a GOAWAY that covers
+// them. HTTP/2 only.
+func HardStop(inFlight int) Fault { return GoAway(inFlight, inFlight, false).WithRefusedStream() }
+
 // WithErrCode makes a GoAway fault's GOAWAY carry code instead of NO_ERROR:
 // a server shutting a connection down because of a problem (INTERNAL_ERROR,
 // ENHANCE_YOUR_CALM). Other faults ignore it.
@@ -367,12 +390,19 @@ func (f Fault) String() string {
 	case kindResetStream:
 		s = fmt.Sprintf("ResetStream(%v)", f.code)
 	case kindGoAway:
+		if f.refuse && f.m == f.n && f.delay == 0 && !f.abrupt && f.code == http2.ErrCodeNo && f.debug == 0 {
+			s = fmt.Sprintf("HardStop(%d)", f.n)
+			break
+		}
 		s = fmt.Sprintf("GoAway(%d, %d, %t)", f.n, f.m, f.answer)
 		if f.delay > 0 {
 			s += fmt.Sprintf(".WithPause(%v)", f.delay)
 		}
 		if f.abrupt {
 			s += ".WithAbruptClose()"
+		}
+		if f.refuse {
+			s += ".WithRefusedStream()"
 		}
 		if f.code != http2.ErrCodeNo {
 			s += fmt.Sprintf(".WithErrCode(%v)", f.code)

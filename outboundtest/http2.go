@@ -610,21 +610,29 @@ func (h *h2conn) runGoAway(g *goawayGroup) {
 			return
 		}
 	}
-	if !g.f.answer {
+	switch {
+	case g.f.refuse:
+		for _, st := range processed {
+			if h.awaitRequest(st) == nil {
+				h.write(func(fr *http2.Framer) error { return fr.WriteRSTStream(st.id, http2.ErrCodeRefusedStream) })
+			}
+		}
+	case !g.f.answer:
 		if !g.f.abrupt {
 			h.drainGoAway(processed)
 		}
 		h.c.nc.Close()
 		return
-	}
-	for _, st := range processed {
-		if h.awaitRequest(st) == nil {
-			h.respond(st, 200, nil, defaultBody)
+	default:
+		for _, st := range processed {
+			if h.awaitRequest(st) == nil {
+				h.respond(st, 200, nil, defaultBody)
+			}
 		}
 	}
 	// Graceful close: stop sending and let the client, which now has
-	// every answer it will get, close the connection. Closing at once
-	// could turn into an RST that destroys answers still unread.
+	// every frame it will get, close the connection. Closing at once
+	// could turn into an RST that destroys frames still unread.
 	h.write(func(*http2.Framer) error {
 		if cw, ok := h.rw.(interface{ CloseWrite() error }); ok {
 			return cw.CloseWrite()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"sync"
@@ -310,4 +311,51 @@ func TestGoAwayWithoutAnswersDrainsBeforeItCloses(t *testing.T) {
 	if s.Executions("above") != 0 || s.Received("above") != 1 {
 		t.Fatalf("received %d, executed %d; want 1, 0", s.Received("above"), s.Executions("above"))
 	}
+}
+
+// HardStop(2): both streams are executed, then reset with REFUSED_STREAM,
+// after a GOAWAY whose last stream id covers them — the connection can take
+// no new stream by the time the resets arrive. One ClientConn, which never
+// retries, sees each reset as it is.
+func TestHardStopRefusesStreamsItExecuted(t *testing.T) {
+	forEachH2(t, func(t *testing.T, p outboundtest.Proto) {
+		s := newServer(t, p)
+		scheme := "http"
+		if p == outboundtest.H2TLS {
+			scheme = "https"
+		}
+		cc, err := s.Transport().NewClientConn(context.Background(), scheme, strings.TrimPrefix(strings.TrimPrefix(s.URL, "http://"), "https://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		s.Enqueue(outboundtest.HardStop(2))
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodGet, s.URL, nil)
+				req.Header.Set(outboundtest.IDHeader, fmt.Sprint("call-", i))
+				resp, err := cc.RoundTrip(req)
+				if err == nil {
+					resp.Body.Close()
+					err = fmt.Errorf("answered %d", resp.StatusCode)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			var se http2.StreamError
+			if !errors.As(err, &se) || se.Code != http2.ErrCodeRefusedStream {
+				t.Errorf("call-%d: %v, want REFUSED_STREAM", i, err)
+			}
+			if n := s.Executions(fmt.Sprint("call-", i)); n != 1 {
+				t.Errorf("call-%d executed %d times, want 1", i, n)
+			}
+		}
+		if cc.Err() == nil && cc.Available() > 0 {
+			t.Error("the connection takes new streams after its GOAWAY")
+		}
+	})
 }

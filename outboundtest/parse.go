@@ -198,6 +198,13 @@ var constructors = map[string]constructor{
 		}
 		return GoAway(n[0], n[1], answer), nil
 	}},
+	"hardstop": {args: "the streams in flight", min: 1, max: 1, build: func(a []string) (Fault, error) {
+		n, err := ints(a)
+		if err != nil {
+			return Fault{}, err
+		}
+		return HardStop(n[0]), nil
+	}},
 	"resetonaccept": none(ResetOnAccept),
 	"closeonaccept": none(CloseOnAccept),
 	"stallonaccept": none(StallOnAccept),

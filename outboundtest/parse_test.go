@@ -24,7 +24,7 @@ func TestParseFaultReadsWhatStringWrites(t *testing.T) {
 		outboundtest.BadStatusLine(), outboundtest.EndlessBody(), outboundtest.CloseMidStream(),
 		outboundtest.RefusedStream(), outboundtest.ResetStream(http2.ErrCodeCancel),
 		outboundtest.GoAway(3, 1, true), outboundtest.ResetOnAccept(), outboundtest.CloseOnAccept(),
-		outboundtest.StallOnAccept(),
+		outboundtest.StallOnAccept(), outboundtest.HardStop(2),
 	} {
 		got, err := outboundtest.ParseFault(f.String())
 		if err != nil || got.String() != f.String() {
@@ -38,6 +38,7 @@ func TestParseFaultReadsWhatStringWrites(t *testing.T) {
 		"slow(1s)":                      "Slow(1s, 200)",
 		"ResetStream(7)":                "ResetStream(REFUSED_STREAM)",
 		"GoAway(2, 0)":                  "GoAway(2, 0, false)",
+		"hardstop(3)":                   "HardStop(3)",
 	} {
 		got, err := outboundtest.ParseFault(spec)
 		if err != nil || got.String() != want {
