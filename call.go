@@ -210,11 +210,15 @@ func (c *call) run() (*http.Response, error) {
 		}
 		acancel()
 		transparent = d.Reason == retry.Transparent
-		if transparent {
-			notBefore = time.Now().Add(-a.Duration)
-		} else {
-			notBefore = time.Time{}
+		if !transparent {
 			n++
+		}
+		notBefore = time.Time{}
+		if a.Lifecycle {
+			// The connection's life ended the attempt (a GOAWAY, a
+			// shutdown, the keep-alive race): the next one goes to a
+			// connection newer than that one.
+			notBefore = time.Now().Add(-a.Duration)
 		}
 		if !c.sleep(d.Wait) {
 			return c.end(nil, retry.ContextDone, c.ctx.Err(), noop)
@@ -359,7 +363,7 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 // is charged before the budget is asked, so that concurrent calls cannot all
 // see the last token. Local rejections, attempts the caller cancelled,
 // transparent retries (the connection's life, not the upstream's health),
-// attempts a draining connection proved unsent (retry.Drained), refused TLS
+// attempts a connection being taken down ended (retry.Drained), refused TLS
 // handshakes (which are not retried) and the client's own faults
 // cost nothing.
 func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
@@ -378,7 +382,7 @@ func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, tran
 	d := retry.Decide(in) // with BudgetAllows false: the budget is the last rule
 	switch {
 	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused,
-		classify.ClientFault(a.Evidence), retry.Drained(a.Category, a.Evidence):
+		classify.ClientFault(a.Evidence), retry.Drained(a.Evidence, a.Lifecycle):
 		return d
 	}
 	c.budget.OnFailure()

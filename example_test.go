@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
@@ -48,6 +50,34 @@ func ExampleNew() {
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode)
 	// Output: 200
+}
+
+// Behind HAProxy, a backend that executes a request and then fails to
+// answer it makes HAProxy reset the stream with REFUSED_STREAM, on a healthy
+// connection: a false proof that the request was not processed. Name such
+// upstreams, and their REFUSED_STREAM proves nothing.
+func ExampleConfig_distrustRefusedStream() {
+	upstream := outboundtest.NewServer(outboundtest.H2C)
+	defer upstream.Close()
+	upstream.Enqueue(outboundtest.ResetStream(http2.ErrCodeRefusedStream)) // executed, then "refused"
+	base := upstream.Transport()                                           // HTTP/2 without TLS, to the test upstream
+	behindHAProxy := map[string]bool{upstream.URL: true}                   // upstream keys: scheme://host:port
+	t, err := outbound.New(outbound.Config{
+		Transport: base,
+		// REFUSED_STREAM from these upstreams does not prove a request unprocessed.
+		DistrustRefusedStream: func(upstream string) bool { return behindHAProxy[upstream] },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	req, _ := http.NewRequest(http.MethodPost, upstream.URL+"/payments", strings.NewReader(`{"amount":10}`))
+	_, out, err := t.Do(req)
+	fmt.Println(errors.Is(err, outcome.ErrUnknown), out.Attempts[0].Evidence)
+	fmt.Println("executed:", upstream.TotalExecutions(), "attempts:", len(out.Attempts))
+	// Output:
+	// true REFUSED_STREAM, not trusted from this upstream
+	// executed: 1 attempts: 1
 }
 
 // Handling "unknown": the call may or may not have happened.

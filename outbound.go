@@ -71,6 +71,20 @@ type Config struct {
 	// for a connection. Nil means DefaultBreakerRecords.
 	BreakerRecords func(*classify.Error) bool
 
+	// DistrustRefusedStream names the upstreams (by key) whose HTTP/2
+	// RST_STREAM(REFUSED_STREAM) is not taken as proof that the request
+	// was not processed: the attempt is then Ambiguous, the call's commit
+	// status Unknown unless a later attempt is answered, and only an
+	// idempotent or keyed request is sent again. Set it for upstreams
+	// behind HAProxy or another proxy you do not control: HAProxy (2.6,
+	// measured) answers REFUSED_STREAM for a request its backend executed
+	// and then failed to answer, on a healthy connection, because it has
+	// sent no response headers yet. Whatever it says, a REFUSED_STREAM from
+	// a connection that was going away (after a GOAWAY that covered the
+	// stream: a proxy's hard stop) is never taken as proof. Nil means that
+	// every upstream's REFUSED_STREAM is trusted, as net/http trusts it.
+	DistrustRefusedStream func(upstream string) bool
+
 	// OpenOnRetryAfter, if set, lets the upstream say when it is down: an
 	// answer whose status it accepts (say 503, or 429) and that carries a
 	// Retry-After opens the upstream's breaker for that long — at most
@@ -239,7 +253,7 @@ func New(cfg Config) (*Transport, error) {
 	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget,
-		BreakerRecords: cfg.BreakerRecords})
+		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream})
 	if err != nil {
 		return nil, cfgerr.In("outbound", "", err)
 	}

@@ -3,9 +3,12 @@ package attempt
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/url"
+	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // countingConn counts the bytes that reached the socket. It sits under TLS
@@ -13,15 +16,72 @@ import (
 // still negotiates HTTP/2), so the count includes TLS records: sampled when an
 // attempt starts on an established connection, the difference is what the
 // attempt wrote.
+//
+// On an HTTP/2 connection, a write that fails because the peer has closed
+// the connection is reported as done (and not counted) until the reading
+// side has reached the end of what the peer sent. A server that closes an
+// HTTP/2 connection sends a GOAWAY first, and TCP delivers it before the
+// close; but a write error makes net/http abort the writing stream and close
+// the connection at once, losing a GOAWAY still unread in the socket — the
+// stream would end with a broken pipe that proves nothing instead of the
+// GOAWAY that proves it unprocessed (seen behind HAProxy closing idle
+// connections). Waiting inside the failed write would not do: the writer
+// holds net/http's write lock, which its reader needs to acknowledge a
+// SETTINGS or a PING before it reaches the GOAWAY. Reported as done, the
+// write frees the lock, the reader handles every frame the peer sent, then
+// reads the close and ends every stream still open with what it proves.
+// (Nothing more can reach the peer anyway.) Over HTTP/1 there is no such
+// frame and a write error is returned as it is.
 type countingConn struct {
 	net.Conn
-	written atomic.Int64
+	written   atomic.Int64
+	h2        atomic.Bool   // known to carry HTTP/2
+	readEnded chan struct{} // closed when a Read fails or the connection is closed
+	endOnce   sync.Once
+}
+
+func newCountingConn(c net.Conn) *countingConn {
+	return &countingConn{Conn: c, readEnded: make(chan struct{})}
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	c.written.Add(int64(n))
+	if err != nil && c.h2.Load() && peerClosed(err) && !c.readsEnded() {
+		return len(p), nil // see the type's documentation
+	}
 	return n, err
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.endReads()
+	}
+	return n, err
+}
+
+func (c *countingConn) Close() error {
+	c.endReads()
+	return c.Conn.Close()
+}
+
+func (c *countingConn) endReads() { c.endOnce.Do(func() { close(c.readEnded) }) }
+
+func (c *countingConn) readsEnded() bool {
+	select {
+	case <-c.readEnded:
+		return true
+	default:
+		return false
+	}
+}
+
+// peerClosed reports whether a write failed because the peer had closed the
+// connection: EPIPE, or ECONNRESET. Reads then return what the peer sent
+// before it closed, and then fail: the reading side always reaches its end.
+func peerClosed(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // dialNote carries, from the pool's dial to the wrapped dialers, the proxy
@@ -45,7 +105,7 @@ func countingDial(dial func(ctx context.Context, network, addr string) (net.Conn
 		if err != nil {
 			return nil, err
 		}
-		cc := &countingConn{Conn: c}
+		cc := newCountingConn(c)
 		if n, ok := ctx.Value(dialNoteKey{}).(*dialNote); ok {
 			n.conn, n.dialed = cc, true
 		}
@@ -70,7 +130,7 @@ func countingTLSDial(dial func(ctx context.Context, network, addr string) (net.C
 		if _, ok := c.(*tls.Conn); ok {
 			return c, nil
 		}
-		cc := &countingConn{Conn: c}
+		cc := newCountingConn(c)
 		if n != nil {
 			n.conn = cc
 		}

@@ -167,8 +167,8 @@ func TestServerClosedIdleTextOfThisGoVersion(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	<-closed // the server closed the idle connection
-	if _, err := cc.RoundTrip(req); !classify.NoResponseByte(err) {
-		t.Fatalf("NoResponseByte(%T %q) = false", err, err)
+	if _, err := cc.RoundTrip(req); !classify.NoResponseByte(err) || !classify.NothingWritten(err) {
+		t.Fatalf("NoResponseByte(%T %q) = %t, NothingWritten = %t, want both", err, err, classify.NoResponseByte(err), classify.NothingWritten(err))
 	}
 }
 

@@ -68,6 +68,11 @@ type conn struct {
 	// upstream accepted on it, and what it refused.
 	answered, above atomic.Int32
 
+	// maxFree is the most request slots seen free on it at once (the one
+	// an attempt had just reserved included): a lower bound of its
+	// concurrency limit. See goingAway.
+	maxFree atomic.Int32
+
 	inReady bool // on p.ready; guarded by p.mu
 	isIdle  bool // nothing in flight, counted in p.idle and on the Attempter's idle list; guarded by p.mu
 
@@ -161,9 +166,11 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 				continue // others took it to the limit meanwhile
 			}
 			if c.cc.Reserve() == nil {
-				if h2 && c.cc.Available() == 0 {
+				avail := c.cc.Available()
+				c.noteFree(avail + 1) // and the slot just reserved
+				if h2 && avail == 0 {
 					p.dropReady(c)
-				} else if !h2 && c.cc.Available() > 0 {
+				} else if !h2 && avail > 0 {
 					p.putReady(c) // HTTP/2 before the pool learnt it
 				}
 				return c, seq, nil
@@ -220,6 +227,34 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 			close(done)
 		}
 		return c, 1, err
+	}
+}
+
+// noteFree records that n request slots were seen free on c at once.
+func (c *conn) noteFree(n int) {
+	for {
+		old := c.maxFree.Load()
+		if int32(n) <= old || c.maxFree.CompareAndSwap(old, int32(n)) {
+			return
+		}
+	}
+}
+
+// goingAway reports whether c, an HTTP/2 connection, can take no new
+// request for a reason other than its concurrency limit: it is closed, or it
+// has no free slot while fewer requests than it once had free slots are in
+// flight — which net/http's ClientConn shows only when the connection has
+// received a GOAWAY or is closing. (At its limit it cannot tell; it then
+// says no. A server that lowers its limit below what it once allowed can
+// make it say yes wrongly.)
+func (c *conn) goingAway() bool {
+	return c.cc.Err() != nil || c.cc.Available() == 0 && int32(c.cc.InFlight()) < c.maxFree.Load()
+}
+
+// learnHTTP2 records that c carries HTTP/2 (see countingConn).
+func (c *conn) learnHTTP2() {
+	if c.raw != nil && !c.raw.h2.Load() {
+		c.raw.h2.Store(true)
 	}
 }
 
@@ -328,6 +363,11 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 	}
 	c := &conn{p: p, cc: cc, raw: note.conn, born: time.Now()}
 	c.streams.Store(1) // the request it was dialed for
+	avail := cc.Available()
+	c.noteFree(avail + 1)
+	if avail > 0 { // HTTP/2: room for more streams already
+		c.learnHTTP2()
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -335,7 +375,7 @@ func (p *pool) dial(ctx context.Context) (*conn, error) {
 		return nil, errPoolClosed
 	}
 	p.conns = append(p.conns, c)
-	if cc.Available() > 0 { // HTTP/2: room for more streams already
+	if avail > 0 { // HTTP/2: room for more streams already
 		p.pushReady(c)
 	}
 	p.mu.Unlock()
@@ -408,7 +448,8 @@ func (c *conn) stateChanged(cc *http.ClientConn) {
 		c.p.retire(c)
 		return
 	}
-	if cc.Available() > 0 {
+	if avail := cc.Available(); avail > 0 {
+		c.noteFree(avail)
 		c.p.putReady(c)
 	}
 	if cc.InFlight() == 0 {

@@ -138,6 +138,20 @@ type Config struct {
 	// connection. Nil means DefaultBreakerRecords, which also decides when
 	// it panics.
 	BreakerRecords func(*classify.Error) bool
+
+	// DistrustRefusedStream names the upstreams whose HTTP/2
+	// RST_STREAM(REFUSED_STREAM) does not prove that the request was not
+	// processed: the attempt is then Ambiguous (evidence
+	// classify.EvidenceRefusedUntrusted), and only an idempotent or keyed
+	// request is sent again. Set it for an upstream behind a proxy you do
+	// not control: HAProxy (2.6, measured) answers REFUSED_STREAM for a
+	// request its backend executed and then failed to answer, on a healthy
+	// connection. Whatever it says, a REFUSED_STREAM from a connection that
+	// was going away (after a GOAWAY that covered the stream) proves
+	// nothing. It is asked with the upstream key, only for attempts that
+	// got a REFUSED_STREAM. Nil means that every upstream is trusted; a
+	// panic, that this one is.
+	DistrustRefusedStream func(upstream string) bool
 }
 
 // DefaultBreakerRecords records every failed attempt but those that say
@@ -175,6 +189,7 @@ type Attempter struct {
 	maxUpstreams    int
 	onForget        func(string)
 	records         func(*classify.Error) bool
+	distrustRefused func(string) bool // nil: every upstream is trusted
 
 	idle  idleList      // idle connections across every address (MaxIdleConns)
 	epoch atomic.Uint32 // sweeps so far
@@ -278,6 +293,9 @@ func New(cfg Config) (*Attempter, error) {
 		t.isFailure = DefaultIsFailure
 	} else {
 		t.isFailure = recovered(t.isFailure, DefaultIsFailure)
+	}
+	if cfg.DistrustRefusedStream != nil {
+		t.distrustRefused = recovered(cfg.DistrustRefusedStream, func(string) bool { return false })
 	}
 	return t, nil
 }
@@ -439,6 +457,13 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		}
 		facts := classify.Facts{Stage: classify.InferStage(written, err), Written: written, Err: err,
 			Cancelled: ctx.Err() != nil, Reused: reused, HTTP1: c.http1.Load()}
+		if !facts.HTTP1 {
+			// What a stream reset proves depends on the connection it came
+			// from, just after it came.
+			facts.Draining = c.goingAway()
+			facts.DistrustRefused = t.distrustRefused != nil &&
+				classify.HTTP2Evidence(err) == classify.EvidenceRefusedStream && t.distrustRefused(key)
+		}
 		cat, ev := classify.Failure(facts)
 		lifecycle := classify.Lifecycle(facts, ev)
 		if fault := t.clientFault(sb); fault != 0 {
@@ -466,6 +491,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	}
 	if resp.ProtoMajor == 2 {
 		c.answered.Add(1)
+		c.learnHTTP2()
 		p.learnHTTP2()
 	} else if !c.http1.Load() {
 		c.http1.Store(true)

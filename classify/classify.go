@@ -13,7 +13,10 @@
 //     shutting down.
 //   - Ambiguous: request bytes left and no status came back; the upstream may
 //     have processed it. A stream at or below a GOAWAY's last id, and any
-//     other stream reset, stay here (RFC 9113 §6.8).
+//     other stream reset, stay here (RFC 9113 §6.8) — and so does a
+//     REFUSED_STREAM that the peer contradicted (it came from a connection
+//     that was going away, after a GOAWAY that covered the stream) or that
+//     the caller does not trust from this peer (Facts.DistrustRefused).
 //   - Answered: a status line arrived. A body that fails after it is still
 //     Answered, with a truncated body.
 //
@@ -101,6 +104,8 @@ const (
 	EvidenceConnNotEstablished                       // HTTP/2: no stream was opened: the new connection closed before its first request
 	EvidenceRequestBodyFailed                        // the request's body returned an error while it was being sent: a fault of the caller
 	EvidenceClientClosed                             // the client was closed before or during the attempt
+	EvidenceResetWhileDraining                       // HTTP/2: a stream reset (REFUSED_STREAM included) on a connection that was going away
+	EvidenceRefusedUntrusted                         // HTTP/2 RST_STREAM REFUSED_STREAM from a peer the caller does not trust to give it
 )
 
 var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoConnection: "no connection",
@@ -115,7 +120,9 @@ var evidenceNames = [...]string{EvidenceLocalGuard: "local guard", EvidenceNoCon
 	EvidenceConnLimit:            "no connection free (MaxConnsPerHost)",
 	EvidenceConnNotEstablished:   "no stream opened: the new connection closed before its first request",
 	EvidenceRequestBodyFailed:    "the request's body failed while it was being sent",
-	EvidenceClientClosed:         "the client was closed"}
+	EvidenceClientClosed:         "the client was closed",
+	EvidenceResetWhileDraining:   "stream reset by a connection going away (after its GOAWAY)",
+	EvidenceRefusedUntrusted:     "REFUSED_STREAM, not trusted from this upstream"}
 
 // ClientFault reports whether a failure classified as ev was the client's own
 // doing rather than the upstream's: the request's body failed to read, or the
@@ -193,15 +200,33 @@ type Facts struct {
 	// writes a stream's frames from its own goroutine), so zero bytes
 	// written so far proves nothing.
 	Cancelled bool
+	// Draining reports that, when the attempt failed, its HTTP/2
+	// connection was going away: it could take no new stream though it
+	// was below its concurrency limit (it had received a GOAWAY, or was
+	// closing), or it was closed. A stream reset from such a connection
+	// proves nothing: the peer's GOAWAY said the stream might have been
+	// processed, and a proxy shutting down resets streams it has already
+	// forwarded with REFUSED_STREAM (HAProxy's hard-stop-after).
+	Draining bool
+	// DistrustRefused reports that the caller does not trust this
+	// upstream to send REFUSED_STREAM only for requests it did not
+	// process: HAProxy also sends it for a request its backend executed
+	// and then failed to answer.
+	DistrustRefused bool
 }
 
 // Failure classifies an attempt that ended without a response.
 //
 // The order of the rules: a local rejection or a missing connection proves
-// non-processing; so does HTTP/2 evidence (REFUSED_STREAM, a stream above
-// the GOAWAY's last id, no stream opened on a connection shutting down), and
-// so do zero bytes written — unless the attempt's context had ended, since
-// the request may still have been going out. On HTTP/2 the byte count of the
+// non-processing. A stream reset from a connection that was going away
+// (Facts.Draining) proves nothing, REFUSED_STREAM included, and neither
+// does a REFUSED_STREAM the caller does not trust from this upstream
+// (Facts.DistrustRefused); other HTTP/2 evidence proves non-processing
+// (REFUSED_STREAM, a stream above the GOAWAY's last id, no stream opened on
+// a connection shutting down), and so does nothing written — zero bytes on
+// the socket, or net/http's own word that it wrote no byte of the request
+// (see NothingWritten) — unless the attempt's context had ended, since the
+// request may still have been going out. On HTTP/2 the byte count of the
 // socket includes other streams, so a non-zero count proves nothing and the
 // stream evidence decides; with no such evidence the attempt is Ambiguous,
 // and so is a reused HTTP/1 connection that the server closed before any
@@ -216,12 +241,18 @@ func Failure(f Facts) (Category, Evidence) {
 	}
 	h2 := HTTP2Evidence(f.Err)
 	switch {
+	case f.Draining && (h2 == EvidenceRefusedStream || h2 == EvidenceStreamReset && !protocolError(f.Err)):
+		// A PROTOCOL_ERROR reset makes net/http stop using the connection
+		// itself: it is not a sign that the peer was going away.
+		return Ambiguous, EvidenceResetWhileDraining
+	case h2 == EvidenceRefusedStream && f.DistrustRefused:
+		return Ambiguous, EvidenceRefusedUntrusted
 	case h2 == EvidenceRefusedStream || h2 == EvidenceGoAwayAbove || h2 == EvidenceGoAwayAboveWithError ||
 		h2 == EvidenceConnShuttingDown || h2 == EvidenceConnNotEstablished:
 		return NotSent, h2
 	case f.Written == 0 && f.Cancelled:
 		return Ambiguous, EvidenceCancelledInFlight
-	case f.Written == 0:
+	case (f.Written == 0 || NothingWritten(f.Err)) && !f.Cancelled:
 		return NotSent, EvidenceNothingWritten
 	case h2 != 0:
 		return Ambiguous, h2
@@ -236,18 +267,23 @@ func Failure(f Facts) (Category, Evidence) {
 
 // Lifecycle reports whether a failure classified as ev came from the life of
 // the connection rather than from the upstream's health: a stream above the
-// last-stream-id of a graceful GOAWAY, no stream opened on a connection that
-// was shutting down, or a reused connection that the server closed before
-// any byte of the response (the keep-alive race: it closed an idle
-// connection as the request arrived), a new HTTP/2 connection that closed
-// before its first request — with nothing written, or with a
-// request that may have arrived. Such a failure is not an upstream failure,
-// and a retry of it may be transparent (it costs no retry budget and no
-// attempt), as long as the retry rules allow it at all.
+// last-stream-id of a graceful GOAWAY, or at or below it and never answered
+// before the connection closed, a stream reset by a connection that was
+// going away, no stream opened on a connection that was shutting down, a new
+// HTTP/2 connection that closed before its first request, or a reused
+// connection that the server closed before any byte of the response (the
+// keep-alive race: it closed an idle connection as the request arrived) —
+// with nothing written, or with a request that may have arrived. Such a
+// failure is not an upstream failure, and a retry of it may be transparent
+// (it costs no retry budget and no attempt), as long as the retry rules
+// allow it at all.
 func Lifecycle(f Facts, ev Evidence) bool {
 	switch ev {
-	case EvidenceGoAwayAbove, EvidenceConnShuttingDown, EvidenceConnNotEstablished, EvidenceIdleConnClosed:
+	case EvidenceGoAwayAbove, EvidenceConnShuttingDown, EvidenceConnNotEstablished, EvidenceIdleConnClosed,
+		EvidenceResetWhileDraining:
 		return true
+	case EvidenceGoAwayAtOrBelow:
+		return GracefulGoAway(f.Err)
 	case EvidenceNothingWritten:
 		return f.Reused
 	}

@@ -46,6 +46,16 @@ func TestFailureClassification(t *testing.T) {
 		{"cancelled with nothing written yet", classify.Facts{Stage: classify.StageWriteHeaders, Written: 0, Err: context.Canceled, Cancelled: true}, classify.Ambiguous, classify.EvidenceCancelledInFlight},
 		{"cancelled after REFUSED_STREAM", classify.Facts{Stage: classify.StageAwait, Written: 0, Err: refused, Cancelled: true}, classify.NotSent, classify.EvidenceRefusedStream},
 		{"GOAWAY text inside another message", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: errors.New("x: " + above.Error())}, classify.Ambiguous, classify.EvidenceBytesWritten},
+		{"REFUSED_STREAM from a connection going away", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: refused, Draining: true}, classify.Ambiguous, classify.EvidenceResetWhileDraining},
+		{"other reset from a connection going away", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: internal, Draining: true}, classify.Ambiguous, classify.EvidenceResetWhileDraining},
+		{"PROTOCOL_ERROR reset: net/http stops using the connection itself", classify.Facts{Stage: classify.StageAwait, Written: 80,
+			Err: http2.StreamError{StreamID: 3, Code: http2.ErrCodeProtocol}, Draining: true}, classify.Ambiguous, classify.EvidenceStreamReset},
+		{"REFUSED_STREAM from a distrusted upstream", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: refused, DistrustRefused: true}, classify.Ambiguous, classify.EvidenceRefusedUntrusted},
+		{"GOAWAY above, connection going away", classify.Facts{Stage: classify.StageAwait, Written: 80, Err: above, Draining: true}, classify.NotSent, classify.EvidenceGoAwayAbove},
+		{"net/http closed the idle connection before the request, TLS wrote close_notify", classify.Facts{Stage: classify.StageAwait, Written: 24,
+			Err: errors.New("http: server closed idle connection"), Reused: true, HTTP1: true}, classify.NotSent, classify.EvidenceNothingWritten},
+		{"net/http closed the idle connection, cancelled", classify.Facts{Stage: classify.StageAwait, Written: 24,
+			Err: errors.New("http: server closed idle connection"), Reused: true, HTTP1: true, Cancelled: true}, classify.Ambiguous, classify.EvidenceBytesWritten},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cat, ev := classify.Failure(tc.facts)
@@ -104,6 +114,27 @@ func TestInferStage(t *testing.T) {
 	} {
 		if got := classify.InferStage(tc.written, tc.err); got != tc.want {
 			t.Errorf("InferStage(%d, %v) = %v, want %v", tc.written, tc.err, got, tc.want)
+		}
+	}
+}
+
+// A stream left unanswered at or below the last-stream-id of a graceful
+// GOAWAY is the connection's life (the server shut it down); with an error
+// code it is a server in trouble.
+func TestAnUnansweredStreamBelowAGracefulGoAwayIsLifecycle(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{http2.GoAwayError{LastStreamID: 5, ErrCode: http2.ErrCodeNo}, true},
+		{fmt.Errorf("wrapped: %w", http2.GoAwayError{LastStreamID: 5}), true},
+		{http2.GoAwayError{LastStreamID: 5, ErrCode: http2.ErrCodeInternal}, false},
+		{http2.GoAwayError{LastStreamID: 5, ErrCode: http2.ErrCodeEnhanceYourCalm}, false},
+	} {
+		f := classify.Facts{Stage: classify.StageAwait, Written: 80, Err: tc.err}
+		cat, ev := classify.Failure(f)
+		if cat != classify.Ambiguous || ev != classify.EvidenceGoAwayAtOrBelow || classify.Lifecycle(f, ev) != tc.want {
+			t.Errorf("%v: %v (%v), lifecycle %v, want Ambiguous, at or below, lifecycle %v", tc.err, cat, ev, classify.Lifecycle(f, ev), tc.want)
 		}
 	}
 }

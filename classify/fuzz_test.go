@@ -12,13 +12,18 @@ import (
 
 // FuzzFailure classifies failures built from fuzzed facts and error texts,
 // and checks that only a proof yields NotSent: no connection, nothing
-// written (and not cancelled), REFUSED_STREAM, or a stream above a GOAWAY.
+// written (and not cancelled), a REFUSED_STREAM from a connection that was
+// not going away and an upstream trusted to send it, or a stream above a
+// GOAWAY.
 func FuzzFailure(f *testing.F) {
-	f.Add(uint8(7), int64(0), false, "EOF", uint8(0), uint32(0))
-	f.Add(uint8(7), int64(120), false, "http2: Transport received Server's graceful shutdown GOAWAY", uint8(0), uint32(0))
-	f.Add(uint8(7), int64(120), true, "stream error", uint8(1), uint32(7))
-	f.Add(uint8(7), int64(120), false, "server sent GOAWAY", uint8(2), uint32(3))
-	f.Fuzz(func(t *testing.T, stage uint8, written int64, cancelled bool, text string, kind uint8, code uint32) {
+	f.Add(uint8(7), int64(0), false, "EOF", uint8(0), uint32(0), false, false)
+	f.Add(uint8(7), int64(120), false, "http2: Transport received Server's graceful shutdown GOAWAY", uint8(0), uint32(0), false, false)
+	f.Add(uint8(7), int64(120), true, "stream error", uint8(1), uint32(7), false, false)
+	f.Add(uint8(7), int64(120), false, "server sent GOAWAY", uint8(2), uint32(3), false, false)
+	f.Add(uint8(7), int64(120), false, "reset", uint8(1), uint32(7), true, false)
+	f.Add(uint8(7), int64(120), false, "reset", uint8(1), uint32(7), false, true)
+	f.Add(uint8(7), int64(24), false, "http: server closed idle connection", uint8(0), uint32(0), false, false)
+	f.Fuzz(func(t *testing.T, stage uint8, written int64, cancelled bool, text string, kind uint8, code uint32, draining, distrust bool) {
 		var err error = errors.New(text)
 		switch kind % 4 {
 		case 1:
@@ -28,7 +33,8 @@ func FuzzFailure(f *testing.F) {
 		case 3:
 			err = fmt.Errorf("wrapped: %w", err)
 		}
-		facts := classify.Facts{Stage: classify.Stage(stage % 10), Written: written, Err: err, Cancelled: cancelled}
+		facts := classify.Facts{Stage: classify.Stage(stage % 10), Written: written, Err: err, Cancelled: cancelled,
+			Draining: draining, DistrustRefused: distrust}
 		cat, ev := classify.Failure(facts)
 		if cat < classify.LocalRejection || cat > classify.Answered || ev == 0 {
 			t.Fatalf("Failure(%+v) = %v, %v", facts, cat, ev)
@@ -42,13 +48,16 @@ func FuzzFailure(f *testing.F) {
 				t.Fatalf("no connection at stage %v", facts.Stage)
 			}
 		case classify.EvidenceNothingWritten:
-			if written != 0 || cancelled {
-				t.Fatalf("nothing written with %d bytes written, cancelled %v", written, cancelled)
+			if written != 0 && !classify.NothingWritten(err) || cancelled {
+				t.Fatalf("nothing written with %d bytes written, cancelled %v: %v", written, cancelled, err)
 			}
 		case classify.EvidenceRefusedStream:
 			var se http2.StreamError
 			if !errors.As(err, &se) || se.Code != http2.ErrCodeRefusedStream {
 				t.Fatalf("REFUSED_STREAM without one: %v", err)
+			}
+			if draining || distrust {
+				t.Fatalf("REFUSED_STREAM taken as proof, draining %v, distrusted %v", draining, distrust)
 			}
 		case classify.EvidenceGoAwayAbove:
 			// Only the exact texts of Go's transport count.

@@ -27,4 +27,30 @@ func NoResponseByte(err error) bool {
 	return false
 }
 
+// NothingWritten reports whether err is how net/http's HTTP/1 client says
+// that it wrote no byte of the request: its unexported nothingWrittenError
+// (the connection broke, and the bytes it had written to the connection —
+// counted above TLS — had not grown since the request began), recognised by
+// type name, or "http: server closed idle connection", which it gives a
+// request only when the connection closed while it carried no request, so
+// before this one was on it. Under TLS it is the better evidence: the
+// connection's byte count includes the close_notify alert that TLS writes
+// when net/http closes the connection, which can happen after an attempt
+// began and before it wrote anything.
+// TestServerClosedIdleTextOfThisGoVersion and
+// TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify
+// fail loudly when a Go release changes either.
+func NothingWritten(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == serverClosedIdleText {
+			return true
+		}
+		t := reflect.TypeOf(e)
+		if t.Kind() == reflect.Struct && t.Name() == "nothingWrittenError" && t.PkgPath() == "net/http" {
+			return true
+		}
+	}
+	return false
+}
+
 const serverClosedIdleText = "http: server closed idle connection"

@@ -61,6 +61,32 @@ func HTTP2Evidence(err error) Evidence {
 	return 0
 }
 
+// protocolError reports whether err carries a stream reset with
+// PROTOCOL_ERROR.
+func protocolError(err error) bool {
+	var se http2.StreamError
+	return errors.As(err, &se) && se.Code == http2.ErrCodeProtocol
+}
+
+// GracefulGoAway reports whether err is the error of a stream at or below
+// the last-stream-id of a GOAWAY without an error code (NO_ERROR), left
+// unanswered when the connection closed: a server shutting the connection
+// down, not one in trouble. x/net's http2.GoAwayError and net/http's
+// unexported copy of it carry the code.
+func GracefulGoAway(err error) bool {
+	var ga http2.GoAwayError
+	if errors.As(err, &ga) {
+		return ga.ErrCode == http2.ErrCodeNo
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if v, ok := bundledGoAwayValue(e); ok {
+			code := v.FieldByName("ErrCode")
+			return code.IsValid() && code.CanUint() && code.Uint() == uint64(http2.ErrCodeNo)
+		}
+	}
+	return false
+}
+
 // The texts with which Go's HTTP/2 transports abort a stream whose id is
 // above the last-stream-id of a GOAWAY they received: the graceful one (or
 // any GOAWAY for a stream other than the connection's first), and the one
@@ -84,12 +110,21 @@ const (
 // in err's chain.
 func bundledGoAway(err error) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		t := reflect.TypeOf(e)
-		if t.Kind() == reflect.Struct && t.Name() == "http2GoAwayError" && t.PkgPath() == "net/http" {
-			if _, ok := t.FieldByName("LastStreamID"); ok {
-				return true
-			}
+		if _, ok := bundledGoAwayValue(e); ok {
+			return true
 		}
 	}
 	return false
+}
+
+// bundledGoAwayValue returns e as a struct value if it is net/http's
+// unexported http2GoAwayError.
+func bundledGoAwayValue(e error) (reflect.Value, bool) {
+	t := reflect.TypeOf(e)
+	if t.Kind() == reflect.Struct && t.Name() == "http2GoAwayError" && t.PkgPath() == "net/http" {
+		if _, ok := t.FieldByName("LastStreamID"); ok {
+			return reflect.ValueOf(e), true
+		}
+	}
+	return reflect.Value{}, false
 }

@@ -39,9 +39,9 @@
 //  10. The backoff must fit before the deadline, too.
 //  11. The retry budget must allow it (see Budget), so that a dead upstream
 //     does not receive a storm of retries — except after an attempt that a
-//     draining connection proved unsent (see Drained): that one neither costs
-//     a token nor asks for one, whether or not it follows a transparent
-//     retry. Behind a proxy that ends every connection after N requests, a
+//     connection the server was taking down ended (see Drained): that one
+//     neither costs a token nor asks for one, whether or not it follows a
+//     transparent retry. Behind a proxy that ends every connection after N requests, a
 //     call can meet two draining connections in a row while many calls do
 //     at once, and a budget drained by them would lose calls that net/http's
 //     own retries get through. Attempts still bound it.
@@ -160,14 +160,24 @@ func Idempotent(method string) bool {
 	return false
 }
 
-// Drained reports whether an attempt of category cat and evidence ev is
-// proven to have met a connection the server was draining, and not to have
-// been processed: NotSent, with a stream above the last-stream-id of a
-// graceful GOAWAY, or no stream opened on a connection that could take no
-// more. It says nothing about the upstream's health: the retry budget
-// neither pays for nor refuses the retry of such an attempt.
-func Drained(cat classify.Category, ev classify.Evidence) bool {
-	return cat == classify.NotSent && (ev == classify.EvidenceGoAwayAbove || ev == classify.EvidenceConnShuttingDown)
+// Drained reports whether an attempt with evidence ev, a lifecycle failure
+// or not (classify.Lifecycle), was ended by a connection the server was
+// taking down: a stream above the last-stream-id of a graceful GOAWAY, no
+// stream opened on a connection that could take no more, a stream reset by a
+// connection that was going away (a proxy's hard stop resets what it still
+// holds), or a stream at or below a graceful GOAWAY's last id left
+// unanswered when the connection closed. It says nothing about the
+// upstream's health: the retry budget neither pays for nor refuses the retry
+// of such an attempt. The other rules still decide whether there is one: the
+// last two may have been processed, so only an idempotent request is
+// retried after them.
+func Drained(ev classify.Evidence, lifecycle bool) bool {
+	switch ev {
+	case classify.EvidenceGoAwayAbove, classify.EvidenceConnShuttingDown, classify.EvidenceResetWhileDraining,
+		classify.EvidenceGoAwayAtOrBelow:
+		return lifecycle
+	}
+	return false
 }
 
 // Decide applies the rules of the package documentation, in order.
@@ -218,7 +228,7 @@ func Decide(in Input) Decision {
 	if in.HasDeadline && wait >= in.Remaining {
 		return no(DeadlineTooClose)
 	}
-	if !in.BudgetAllows && !Drained(in.Category, in.Evidence) {
+	if !in.BudgetAllows && !Drained(in.Evidence, in.Lifecycle) {
 		return no(BudgetExhausted)
 	}
 	return Decision{Retry: true, Wait: wait, Reason: Retryable}

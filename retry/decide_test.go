@@ -238,6 +238,32 @@ func TestASecondDrainingConnectionInARowIsRetriedWhateverTheBudget(t *testing.T)
 	}
 }
 
+// A stream reset by a connection that was going away (a proxy's hard stop)
+// or left unanswered at or below a graceful GOAWAY's last id may have been
+// processed: only an idempotent request is sent again, and the budget
+// neither refuses nor pays for it. A GOAWAY with an error code is a server in
+// trouble (not a lifecycle failure): the budget decides.
+func TestAConnectionBeingTakenDownCostsNoBudgetButOnlyIdempotentCallsAreResent(t *testing.T) {
+	for _, ev := range []classify.Evidence{classify.EvidenceResetWhileDraining, classify.EvidenceGoAwayAtOrBelow} {
+		in := base()
+		in.Category, in.Evidence, in.Lifecycle, in.TransparentUsed = classify.Ambiguous, ev, true, true
+		in.Attempts, in.MaxAttempts, in.BudgetAllows = 1, 3, false
+		if d := retry.Decide(in); !d.Retry || d.Reason != retry.Retryable {
+			t.Fatalf("GET after %v, budget spent: %+v, want a retry", ev, d)
+		}
+		in.Method = http.MethodPost
+		if d := retry.Decide(in); d.Retry || d.Reason != retry.NotIdempotent {
+			t.Fatalf("POST after %v: %+v, want no retry: it may have been processed", ev, d)
+		}
+	}
+	in := base()
+	in.Category, in.Evidence, in.Lifecycle, in.TransparentUsed = classify.Ambiguous, classify.EvidenceGoAwayAtOrBelow, false, true
+	in.Attempts, in.MaxAttempts, in.BudgetAllows = 1, 3, false
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.BudgetExhausted {
+		t.Fatalf("a GOAWAY with an error code, budget spent: %+v, want budget exhausted", d)
+	}
+}
+
 func TestAnInvalidRequestIsNeverRetried(t *testing.T) {
 	in := base()
 	in.Category, in.Evidence = classify.LocalRejection, classify.EvidenceInvalidRequest

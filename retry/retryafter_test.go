@@ -110,8 +110,8 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("retry with reason %v", d.Reason)
 		case attempts >= maxAttempts:
 			t.Fatal("retried past MaxAttempts")
-		case !budget && !retry.Drained(in.Category, in.Evidence):
-			t.Fatal("retried without budget, though no draining connection proved the attempt unsent")
+		case !budget && !retry.Drained(in.Evidence, in.Lifecycle):
+			t.Fatal("retried without budget, though no connection being taken down ended the attempt")
 		}
 	})
 }

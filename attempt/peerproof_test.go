@@ -1,0 +1,229 @@
+package attempt_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/http2"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest"
+)
+
+// What a failure proves depends on the peer that gave the proof. These tests
+// reproduce the peers that give false or lost proofs.
+
+// TestAResetFromAConnectionGoingAwayProvesNothing: HAProxy's hard-stop-after
+// sends a GOAWAY whose last-stream-id covers every stream, then resets with
+// REFUSED_STREAM the streams it has already forwarded to its backend
+// (outboundtest.HardStop). The reset contradicts the GOAWAY: the stream is
+// Ambiguous, a lifecycle failure (the breaker is not told), never NotSent.
+func TestAResetFromAConnectionGoingAwayProvesNothing(t *testing.T) {
+	for _, p := range h2protos {
+		t.Run(p.String(), func(t *testing.T) {
+			s := newServer(t, p)
+			var ev events
+			tr := newTransport(t, s, attempt.Config{Admission: admission.Config{OnEvent: ev.On}})
+			if o := roundTrip(tr, newRequest(t, context.Background(), s, noBody, "warm")); o.status != 200 {
+				t.Fatalf("warm-up: %+v", o)
+			}
+			s.Enqueue(outboundtest.HardStop(1))
+			_, err := tr.RoundTrip(newRequest(t, context.Background(), s, replayable, "x"))
+			ce := classifyError(t, err)
+			if ce.Category != classify.Ambiguous || ce.Evidence != classify.EvidenceResetWhileDraining || !ce.Lifecycle {
+				t.Fatalf("got %v (%v), lifecycle %v: %v", ce.Category, ce.Evidence, ce.Lifecycle, err)
+			}
+			if n := s.Executions("x"); n != 1 {
+				t.Fatalf("executed %d times, want 1: the proxy forwarded it", n)
+			}
+			if n := ev.Count("circuit-exit(failure)"); n != 0 {
+				t.Fatalf("the breaker recorded %d failures for a proxy shutting down", n)
+			}
+		})
+	}
+}
+
+// TestARefusedStreamFromAnUntrustedUpstreamIsAmbiguous: HAProxy also answers
+// REFUSED_STREAM, on a healthy connection, for a request its backend
+// executed and then failed to answer (outboundtest.ResetStream with
+// REFUSED_STREAM: executed, then refused). Config.DistrustRefusedStream
+// names such upstreams: their REFUSED_STREAM proves nothing. Others keep
+// trusting it.
+func TestARefusedStreamFromAnUntrustedUpstreamIsAmbiguous(t *testing.T) {
+	s := newServer(t, outboundtest.H2C)
+	var asked []string
+	var mu sync.Mutex
+	distrust := newTransport(t, s, attempt.Config{DistrustRefusedStream: func(upstream string) bool {
+		mu.Lock()
+		asked = append(asked, upstream)
+		mu.Unlock()
+		return true
+	}})
+	trust := newTransport(t, s, attempt.Config{})
+	s.Enqueue(outboundtest.ResetStream(http2.ErrCodeRefusedStream))
+	_, err := distrust.RoundTrip(newRequest(t, context.Background(), s, replayable, "executed"))
+	if ce := classifyError(t, err); ce.Category != classify.Ambiguous || ce.Evidence != classify.EvidenceRefusedUntrusted || ce.Lifecycle {
+		t.Fatalf("distrusted: %v (%v), lifecycle %v: %v", ce.Category, ce.Evidence, ce.Lifecycle, err)
+	}
+	if s.Executions("executed") != 1 {
+		t.Fatalf("executed %d times", s.Executions("executed"))
+	}
+	s.Enqueue(outboundtest.RefusedStream())
+	_, err = trust.RoundTrip(newRequest(t, context.Background(), s, replayable, "refused"))
+	if ce := classifyError(t, err); ce.Category != classify.NotSent || ce.Evidence != classify.EvidenceRefusedStream {
+		t.Fatalf("trusted: %v (%v): %v", ce.Category, ce.Evidence, err)
+	}
+	// Asked only for the REFUSED_STREAM, with the upstream's key.
+	s.Enqueue(outboundtest.ResetStream(http2.ErrCodeInternal))
+	distrust.RoundTrip(newRequest(t, context.Background(), s, noBody, "internal"))
+	if want := []string{"http://" + strings.TrimPrefix(s.URL, "http://")}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Fatalf("DistrustRefusedStream asked %q, want %q", asked, want)
+	}
+}
+
+// TestAGoAwayInTheSocketIsReadBeforeAFailedWriteEndsTheStream: a server that
+// closes the connection right after its GOAWAY (HAProxy closing an idle
+// HTTP/2 connection) makes a client still writing a request body fail with a
+// broken pipe, and net/http then closes the connection, losing the GOAWAY it
+// had not read yet — the stream proves nothing, where net/http sometimes sees
+// the GOAWAY. A write that fails because the peer closed waits for the
+// reading side to reach the end of what the peer sent, so the GOAWAY is
+// always read first: every round is NotSent.
+func TestAGoAwayInTheSocketIsReadBeforeAFailedWriteEndsTheStream(t *testing.T) {
+	for _, p := range h2protos {
+		for _, oneShot := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/one-shot=%t", p, oneShot), func(t *testing.T) {
+				s := newServer(t, p)
+				tr := newTransport(t, s, attempt.Config{})
+				for i := range 40 {
+					s.Enqueue(outboundtest.GoAway(1, 0, false).WithAbruptClose())
+					id := fmt.Sprint("round-", i)
+					o := roundTrip(tr, largePost(t, s, id, oneShot))
+					if o.category != classify.NotSent || s.Executions(id) != 0 {
+						t.Fatalf("round %d: %v at %v (%v), executed %d: %v", i, o.category, o.stage, o.evidence, s.Executions(id), o.err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify
+// reproduces the keep-alive race behind nginx over HTTP/1.1 with TLS: the
+// server closed an idle connection; an attempt took the connection before
+// net/http had noticed, and counted the bytes on its socket; then net/http
+// noticed, closed the connection — and TLS wrote its close_notify alert,
+// which the count sees — and failed the request without writing a byte of it
+// ("http: server closed idle connection"). The attempt must take net/http's
+// word over the byte count: NotSent, where it was Ambiguous and a POST was
+// lost that net/http would have sent again. The window between the attempt's
+// count and net/http taking the request is held open by the request's
+// context, whose first lookup of an httptrace key (at the start of
+// net/http's RoundTrip) lets the close through and waits for it.
+func TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify(t *testing.T) {
+	var executed atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		executed.Add(1)
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	conns := make(chan *heldConn, 4)
+	base := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
+	base.Protocols = new(http.Protocols)
+	base.Protocols.SetHTTP1(true)
+	base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		hc := newHeldConn(c)
+		conns <- hc
+		return hc, nil
+	}
+	tr := newTransportWith(t, attempt.Config{Transport: base})
+	warm, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	if o := roundTrip(tr, warm); o.status != 200 {
+		t.Fatalf("warm-up: %+v", o)
+	}
+	hc := <-conns
+	hc.hold() // what the server sends from now on is kept from net/http
+	srv.CloseClientConnections()
+	<-hc.peerGone // the server closed the idle connection; net/http does not know yet
+	executed.Store(0)
+
+	var written func() int64
+	ctx := &traceLookupHook{Context: context.Background(), hook: func() {
+		written = hc.writtenSince()
+		hc.release()
+		<-hc.closed // net/http saw the close and closed the connection
+	}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"qty":1}`))
+	o := roundTrip(tr, req)
+	if written == nil || written() == 0 {
+		t.Fatal("TLS wrote nothing when net/http closed the connection: the race was not reproduced")
+	}
+	if o.category != classify.NotSent || o.evidence != classify.EvidenceNothingWritten {
+		t.Fatalf("got %v (%v): %v", o.category, o.evidence, o.err)
+	}
+	if n := executed.Load(); n != 0 {
+		t.Fatalf("executed %d times", n)
+	}
+}
+
+// traceLookupHook is a context that calls hook at the first lookup of a key
+// of package net/http/httptrace: net/http's RoundTrip looks one up before it
+// takes the request.
+type traceLookupHook struct {
+	context.Context
+	hook func()
+	once sync.Once
+}
+
+func (c *traceLookupHook) Value(key any) any {
+	if reflect.TypeOf(key).PkgPath() == "net/http/httptrace" {
+		c.once.Do(c.hook)
+	}
+	return c.Context.Value(key)
+}
+
+func classifyError(t *testing.T, err error) *classify.Error {
+	t.Helper()
+	o := fromError(err)
+	if o.category == 0 {
+		t.Fatalf("not a classified failure: %v", err)
+	}
+	ce, _ := o.err.(*classify.Error)
+	if ce == nil {
+		t.Fatalf("not a *classify.Error: %T %v", err, err)
+	}
+	return ce
+}
+
+// TestAStreamBelowAGoAwayWithAnErrorCodeIsAnUpstreamFailure: a stream left
+// unanswered at or below the last id of a GOAWAY that carries an error code
+// (INTERNAL_ERROR: a server in trouble) is not the connection's life: the
+// breaker records it.
+func TestAStreamBelowAGoAwayWithAnErrorCodeIsAnUpstreamFailure(t *testing.T) {
+	s := newServer(t, outboundtest.H2C)
+	tr := newTransport(t, s, attempt.Config{})
+	s.Enqueue(outboundtest.Respond(200), outboundtest.GoAway(3, 1, false).WithErrCode(http2.ErrCodeInternal))
+	outs, execs := concurrent(t, s, tr, 3)
+	o := outs[2] // ordered by category: the Ambiguous one last
+	ce, ok := o.err.(*classify.Error)
+	if !ok || o.evidence != classify.EvidenceGoAwayAtOrBelow || execs[2] != 1 || ce.Lifecycle || classify.GracefulGoAway(o.err) {
+		t.Fatalf("stream at the last id of GOAWAY(INTERNAL_ERROR): %v (%v), executed %d: %#v", o.category, o.evidence, execs[2], o.err)
+	}
+}
