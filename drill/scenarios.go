@@ -53,6 +53,10 @@ func Scenarios() []Scenario {
 			Title:  "HTTP/2 GOAWAY while three POSTs are in flight; the last-stream-id covers the first",
 			Expect: "The two streams above the last-stream-id were not processed: retried and committed, executed once each. The one at or below it may have been processed: not re-sent, commit status unknown, executed once.",
 			run:    goAway},
+		Scenario{Name: "proxy-hard-stop", Proto: outboundtest.H2TLS,
+			Title:  "A proxy stopping hard: a GOAWAY that covers every stream, then REFUSED_STREAM on streams it already forwarded (HAProxy's hard-stop-after)",
+			Expect: "The REFUSED_STREAM is contradicted by the GOAWAY before it and proves nothing: the POST is not re-sent, commit status unknown, executed once; the GET is retried on a fresh connection. The breaker records nothing: a proxy's shutdown is not the upstream's failure.",
+			run:    hardStop},
 		Scenario{Name: "retry-after-beyond-deadline", Proto: outboundtest.HTTP1,
 			Title:  "503 with Retry-After: 30 on a call with a 2 s deadline",
 			Expect: "The wait cannot fit before the deadline: the 503 comes back at once, after one attempt.",
@@ -242,6 +246,25 @@ func goAway(e *env) {
 	}
 	e.checkInt("POSTs above the last-stream-id, retried and committed", committed, eq(2), fmt.Sprintf("2 (MaxAttempts %d)", e.maxAttempts()))
 	e.checkInt("POSTs at or below it, commit status unknown", unknown, eq(1), "1")
+}
+
+func hardStop(e *env) {
+	e.newClient(outbound.Config{Backoff: noBackoff})
+	e.call(req{method: "GET", id: "warm-up"}) // one connection for both streams
+	e.srv.Enqueue(outboundtest.HardStop(2))
+	var post, get result
+	var wg sync.WaitGroup
+	wg.Go(func() { post = e.call(req{method: "POST", id: "post", body: `{"order":1}`}) })
+	wg.Go(func() { get = e.call(req{method: "GET", id: "get"}) })
+	wg.Wait()
+	e.check("the POST's commit status", "unknown", post.out.Commit.String(), post.out.Commit == outcome.Unknown)
+	e.checkInt("executions of the POST", e.srv.Executions("post"), eq(1), "exactly 1")
+	e.checkRetried("the GET is retried and answered", get)
+	failed := -1
+	if b := e.breaker(); b != nil {
+		failed = b.Metrics().Failed
+	}
+	e.checkInt("failures in the breaker's window", failed, eq(0), "0")
 }
 
 func retryAfterBeyondDeadline(e *env) {

@@ -44,7 +44,7 @@ with or without dashes and "()":
   ResetBeforeRead()   ResetAfterRead()   CloseBeforeRead()   PartialHeaders()
   TruncatedBody(100, 10)   Trickle(10ms, 64)   HugeHeaders(1048576)
   BadStatusLine()   EndlessBody()   CloseMidStream()
-  RefusedStream()   ResetStream(CANCEL)   GoAway(3, 1, false)      (HTTP/2)
+  RefusedStream()   ResetStream(CANCEL)   GoAway(3, 1, false)   HardStop(2)   (HTTP/2)
 
 Example:
   outbound upstream --proto h2c &
