@@ -173,7 +173,8 @@ func (c *call) run() (*http.Response, error) {
 		} else {
 			start := clock.Now()
 			resp, err = c.t.attempts.AttemptOn(actx, c.route, c.req,
-				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable})
+				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
+					Unretryable: !c.replayable || !c.idempotent && !c.hasKey})
 			a = record(resp, err, time.Duration(clock.Now()-start))
 			c.observe(a)
 		}

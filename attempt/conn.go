@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/outboundhq/outbound/internal/clock"
 )
 
 // countingConn counts the bytes that reached the socket. It sits under TLS
@@ -32,10 +34,18 @@ import (
 // reads the close and ends every stream still open with what it proves.
 // (Nothing more can reach the peer anyway.) Over HTTP/1 there is no such
 // frame and a write error is returned as it is.
+//
+// While the pool holds the connection idle (idle), a read that returns —
+// data, or the end — is the peer acting on an idle connection: the time of
+// the first is kept (idleRead), so that the pool can learn how long the
+// upstream lets a connection idle (pool.idleLimit) from the GOAWAY or the
+// close it sent then.
 type countingConn struct {
 	net.Conn
 	written   atomic.Int64
 	h2        atomic.Bool   // known to carry HTTP/2
+	idle      atomic.Bool   // nothing in flight on it, as the pool sees it
+	idleRead  atomic.Int64  // clock.Now of the first read that returned while idle, 0 for none
 	readEnded chan struct{} // closed when a Read fails or the connection is closed
 	endOnce   sync.Once
 }
@@ -55,6 +65,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if c.idle.Load() && c.idleRead.Load() == 0 {
+		c.idleRead.CompareAndSwap(0, clock.Now())
+	}
 	if err != nil {
 		c.endReads()
 	}

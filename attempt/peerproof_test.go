@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -225,5 +226,69 @@ func TestAStreamBelowAGoAwayWithAnErrorCodeIsAnUpstreamFailure(t *testing.T) {
 	ce, ok := o.err.(*classify.Error)
 	if !ok || o.evidence != classify.EvidenceGoAwayAtOrBelow || execs[2] != 1 || ce.Lifecycle || classify.GracefulGoAway(o.err) {
 		t.Fatalf("stream at the last id of GOAWAY(INTERNAL_ERROR): %v (%v), executed %d: %#v", o.category, o.evidence, execs[2], o.err)
+	}
+}
+
+// TestARequestThatCannotBeResentKeepsOffAConnectionAboutToBeClosedForIdling:
+// a server closes a connection idle for its keep-alive timeout, and a
+// request written as it does is lost if it cannot be sent again (a POST
+// without a key, a one-shot body). The pool learns the timeout from the
+// connections the server closed while idle (two alike), and such a request
+// then takes a new connection rather than one idle for more than seven
+// eighths of it; a GET, which the race costs only a transparent retry, keeps
+// using it.
+func TestARequestThatCannotBeResentKeepsOffAConnectionAboutToBeClosedForIdling(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HTTP/2=%t", h2), func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+			srv.Config.IdleTimeout = timeout
+			srv.EnableHTTP2 = h2
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			var dials atomic.Int32
+			base := srv.Client().Transport.(*http.Transport).Clone()
+			base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}
+			tr := newTransportWith(t, attempt.Config{Transport: base})
+			call := func(method string, unretryable bool) {
+				t.Helper()
+				req, _ := http.NewRequest(method, srv.URL, nil)
+				r, err := tr.Route(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := tr.AttemptOn(context.Background(), r, req, attempt.Options{AsIs: true, Unretryable: unretryable})
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			// Two connections closed by the server for idling.
+			for range 2 {
+				before := dials.Load()
+				call(http.MethodGet, false)
+				if dials.Load() != before+1 {
+					t.Fatalf("%d dials, want a new connection after the server closed the idle one", dials.Load()-before)
+				}
+				time.Sleep(timeout + timeout/2) // the server's idle timeout passes: a real server's timer, not a timing assertion
+			}
+			call(http.MethodGet, false)
+			time.Sleep(timeout * 7 / 8) // idle for more than seven eighths of the timeout, less than it
+			before := dials.Load()
+			call(http.MethodPost, true)
+			if dials.Load() != before+1 {
+				t.Fatalf("the POST took a connection idle for 7/8 of the server's timeout (%d dials)", dials.Load()-before)
+			}
+			time.Sleep(timeout / 4)
+			before = dials.Load()
+			call(http.MethodGet, false) // idle for a quarter of it: reused
+			if dials.Load() != before {
+				t.Fatalf("the GET dialed %d connections, want the idle one reused", dials.Load()-before)
+			}
+		})
 	}
 }

@@ -52,6 +52,12 @@ type pool struct {
 	// the next one goes. Guarded by mu.
 	streamLimits [4]int32
 	nextLimit    int
+
+	// idleCloses are how long its last connections that the upstream
+	// closed while they carried nothing had been idle (see idleLimit);
+	// nextIdle is where the next one goes. Guarded by mu.
+	idleCloses [4]time.Duration
+	nextIdle   int
 }
 
 type conn struct {
@@ -72,6 +78,16 @@ type conn struct {
 	// an attempt had just reserved included): a lower bound of its
 	// concurrency limit. See goingAway.
 	maxFree atomic.Int32
+
+	// suspect is the count of answers c must reach before a request that
+	// cannot be sent again may use it: set when an attempt takes it after
+	// it was idle for the pool's idle limit (see get).
+	suspect atomic.Int32
+
+	// idleLearnt is set once the pool has learnt from c how long the
+	// upstream let it idle (closedByPeer), so that it learns once per
+	// connection.
+	idleLearnt atomic.Bool
 
 	inReady bool // on p.ready; guarded by p.mu
 	isIdle  bool // nothing in flight, counted in p.idle and on the Attempter's idle list; guarded by p.mu
@@ -121,12 +137,14 @@ func (e *connLimitError) Unwrap() error { return e.err }
 
 // get returns a connection with a reserved request slot, dialing one if
 // none has room, and the number of the request among those the connection
-// carried (1 for its first). With a non-zero notBefore, connections opened
-// before it are not used. With oneShot (the request cannot be sent again
+// carried (1 for its first). With a non-zero o.NotBefore, connections opened
+// before it are not used. With o.OneShot (the request cannot be sent again
 // once its body is read), an HTTP/2 connection close to the number of
 // streams the upstream accepts per connection is not used either (see
-// streamLimit). The stage of a failure is DNS, dial or TLS.
-func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*conn, int32, error) {
+// streamLimit); with o.Unretryable, nor is a connection that has been idle
+// nearly as long as the upstream keeps idle connections (see idleLimit).
+// The stage of a failure is DNS, dial or TLS.
+func (p *pool) get(ctx context.Context, o Options) (*conn, int32, error) {
 	for {
 		p.mu.Lock()
 		switch {
@@ -137,9 +155,16 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 			p.mu.Unlock()
 			return nil, 0, errPoolForgotten
 		}
-		maxStreams := int32(0)
-		if oneShot && p.h2 {
-			maxStreams = p.streamLimit()
+		var avoid avoidance
+		if o.OneShot && p.h2 {
+			avoid.maxStreams = p.streamLimit()
+		}
+		var idleLimit time.Duration
+		if o.Unretryable || p.h2 {
+			idleLimit = p.idleLimit()
+		}
+		if o.Unretryable && idleLimit > 0 {
+			avoid.idleBefore = clock.Now() - int64(idleLimit)
 		}
 		// The most recently freed connection first (its TCP and TLS state
 		// is warm). Busy connections are never asked, so an attempt does
@@ -150,7 +175,7 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 		// An HTTP/1 connection carries one request at a time: it leaves the
 		// ready stack with this attempt. An HTTP/2 one stays for the next
 		// attempts while it has room for more streams.
-		if i := p.readyIndex(notBefore, maxStreams); i >= 0 {
+		if i := p.readyIndex(o.NotBefore, avoid); i >= 0 {
 			c, h2 := p.ready[i], p.h2
 			if !h2 {
 				p.ready = slices.Delete(p.ready, i, i+1)
@@ -160,8 +185,15 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 			p.mu.Unlock()
 			if wasIdle {
 				p.t.idle.remove(c)
+				if h2 && idleLimit > 0 && clock.Now()-c.idleSince.Load() >= int64(idleLimit) {
+					// Idle about as long as the upstream keeps idle
+					// connections: it may be closing it as this attempt
+					// arrives. Until an answer shows that it took this
+					// burst, requests that cannot be sent again keep off.
+					c.suspect.Store(c.answered.Load() + 1)
+				}
 			}
-			seq, ok := c.take(maxStreams)
+			seq, ok := c.take(avoid.maxStreams)
 			if !ok {
 				continue // others took it to the limit meanwhile
 			}
@@ -177,6 +209,9 @@ func (p *pool) get(ctx context.Context, notBefore time.Time, oneShot bool) (*con
 			}
 			if h2 {
 				p.dropReady(c) // stale: filled up or died since; the hook brings it back
+				if wasIdle && c.goingAway() {
+					p.closedByPeer(c, true) // a GOAWAY while it was idle
+				}
 			}
 			continue
 		}
@@ -274,14 +309,28 @@ func (c *conn) take(maxStreams int32) (int32, bool) {
 	}
 }
 
+// avoidance says which connections a request keeps off, beyond those
+// opened before its NotBefore: with maxStreams not zero, an HTTP/2
+// connection that has carried that many requests (streamLimit); with
+// idleBefore not zero, one with nothing in flight since before that
+// instant (clock.Now; idleLimit), or one taken after such an idle spell and
+// not answered since (conn.suspect).
+type avoidance struct {
+	maxStreams int32
+	idleBefore int64
+}
+
 // readyIndex returns the index in p.ready of the connection to try, the most
-// recently freed one opened at or after notBefore and, if maxStreams is not
-// zero, that has carried fewer than maxStreams requests; or -1. p.mu must be
-// held.
-func (p *pool) readyIndex(notBefore time.Time, maxStreams int32) int {
+// recently freed one opened at or after notBefore that avoid does not keep
+// the request off; or -1. p.mu must be held.
+func (p *pool) readyIndex(notBefore time.Time, avoid avoidance) int {
 	for i := len(p.ready) - 1; i >= 0; i-- {
 		c := p.ready[i]
-		if (notBefore.IsZero() || !c.born.Before(notBefore)) && (maxStreams == 0 || c.streams.Load() < maxStreams) {
+		switch {
+		case !notBefore.IsZero() && c.born.Before(notBefore):
+		case avoid.maxStreams > 0 && c.streams.Load() >= avoid.maxStreams:
+		case avoid.idleBefore != 0 && (c.isIdle && c.idleSince.Load() < avoid.idleBefore || c.suspect.Load() > c.answered.Load()):
+		default:
 			return i
 		}
 	}
@@ -315,6 +364,43 @@ func (p *pool) streamLimit() int32 {
 		return 0
 	}
 	return limit - max(limit/8, 3)
+}
+
+// idleLimit returns how long a request that could not be sent again after
+// an ambiguous failure may find a connection idle, or 0 for no limit. p.mu
+// must be held.
+//
+// A server closes a connection that has been idle for its keep-alive
+// timeout (nginx's keepalive_timeout, HAProxy's timeout http-keep-alive,
+// net/http's IdleTimeout), and a request written as it does — the
+// keep-alive race — is lost if it cannot be sent again: over HTTP/1 it may
+// have arrived, over HTTP/2 a one-shot body above the GOAWAY's last id is
+// already read. The pool learns the timeout from the connections the
+// upstream closed while they carried nothing — how long each had been idle
+// — and believes it once two of the last four are within a fifth of each
+// other (a timeout is fixed; a reload or a fault closes idle connections
+// at any age). Such requests then keep off connections idle for more than
+// seven eighths of it, and go to a new connection instead; others, which
+// the race costs only a transparent retry, keep using them.
+func (p *pool) idleLimit() time.Duration {
+	limit := time.Duration(0)
+	for i, a := range p.idleCloses {
+		for _, b := range p.idleCloses[i+1:] {
+			if a > 0 && b > 0 && max(a, b)-min(a, b) <= min(a, b)/5 && (limit == 0 || min(a, b) < limit) {
+				limit = min(a, b)
+			}
+		}
+	}
+	return limit - limit/8
+}
+
+// learnIdleClose records that the upstream closed a connection that had
+// been idle for d; p.mu must be held.
+func (p *pool) learnIdleClose(d time.Duration) {
+	if d > 0 {
+		p.idleCloses[p.nextIdle] = d
+		p.nextIdle = (p.nextIdle + 1) % len(p.idleCloses)
+	}
 }
 
 // learnStreamLimit records that the upstream accepted n streams on a
@@ -427,9 +513,20 @@ func (p *pool) busyLocked(c *conn) bool {
 	if !c.isIdle {
 		return false
 	}
-	c.isIdle = false
+	c.setIdle(false)
 	p.idle--
 	return true
+}
+
+// setIdle records whether c carries nothing; p.mu must be held.
+func (c *conn) setIdle(idle bool) {
+	c.isIdle = idle
+	if c.raw != nil {
+		if idle {
+			c.raw.idleRead.Store(0)
+		}
+		c.raw.idle.Store(idle)
+	}
 }
 
 // learnHTTP2 records that the upstream speaks HTTP/2, so that later attempts
@@ -445,6 +542,9 @@ func (p *pool) learnHTTP2() {
 // and closed after the idle timeout.
 func (c *conn) stateChanged(cc *http.ClientConn) {
 	if cc.Err() != nil || c.retired.Load() {
+		if cc.Err() != nil {
+			c.p.closedByPeer(c, false)
+		}
 		c.p.retire(c)
 		return
 	}
@@ -455,6 +555,27 @@ func (c *conn) stateChanged(cc *http.ClientConn) {
 	if cc.InFlight() == 0 {
 		c.becameIdle()
 	}
+}
+
+// closedByPeer notes that c can no longer be used. If it carried nothing —
+// wasIdle says so for a connection an attempt has just taken — and neither
+// the pool nor the Attempter closed it, the upstream closed it for being
+// idle: it learns for how long (idleLimit), once per connection, up to the
+// first thing the upstream sent on it while it was idle (its GOAWAY, or its
+// close), else up to now.
+func (p *pool) closedByPeer(c *conn, wasIdle bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !(c.isIdle || wasIdle) || c.retired.Load() || p.closed || c.idleLearnt.Swap(true) {
+		return
+	}
+	since, until := c.idleSince.Load(), clock.Now()
+	if c.raw != nil {
+		if r := c.raw.idleRead.Load(); r > since {
+			until = r
+		}
+	}
+	p.learnIdleClose(time.Duration(until - since))
 }
 
 // becameIdle notes that nothing is in flight on c: it keeps c within the
@@ -471,7 +592,7 @@ func (c *conn) becameIdle() {
 		p.retire(c) // too many idle connections to this address: net/http closes the newest
 		return
 	default:
-		c.isIdle = true
+		c.setIdle(true)
 		p.idle++
 		p.mu.Unlock()
 		if oldest := p.t.idle.push(c); oldest != nil {

@@ -1,6 +1,9 @@
 package attempt
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestAStreamLimitIsBelievedOnlyWhenItRepeats pins a bug the soak found: the
 // pool took any count of answers before a GOAWAY for the upstream's stream
@@ -23,6 +26,30 @@ func TestAStreamLimitIsBelievedOnlyWhenItRepeats(t *testing.T) {
 		p := &pool{streamLimits: tc.seen}
 		if got := p.streamLimit(); got != tc.want {
 			t.Errorf("after %v: %d, want %d", tc.seen, got, tc.want)
+		}
+	}
+}
+
+// TestAnIdleLimitIsBelievedOnlyWhenTwoClosesAgree: a server's keep-alive
+// timeout closes idle connections after the same time each time; a reload or
+// a fault closes them at any age. The limit is believed once two of the last
+// four idle closes are within a fifth of each other, and requests that
+// cannot be sent again keep off connections idle for seven eighths of it.
+func TestAnIdleLimitIsBelievedOnlyWhenTwoClosesAgree(t *testing.T) {
+	const s = time.Second
+	for _, tc := range []struct {
+		seen [4]time.Duration
+		want time.Duration
+	}{
+		{[4]time.Duration{s, 0, 0, 0}, 0},                                      // once: could be a reload
+		{[4]time.Duration{s, s + s/20, 0, 0}, s - s/8},                         // a 1 s timeout, seen twice
+		{[4]time.Duration{s, 40 * time.Millisecond, s + s/10, 7 * s}, s - s/8}, // with reloads in between
+		{[4]time.Duration{s, 2 * s, 4 * s, 8 * s}, 0},                          // every close at another age
+		{[4]time.Duration{75 * s, 75 * s, s, s}, s - s/8},                      // the shorter of two agreeing pairs
+	} {
+		p := &pool{idleCloses: tc.seen}
+		if got := p.idleLimit(); got != tc.want {
+			t.Errorf("after %v: %v, want %v", tc.seen, got, tc.want)
 		}
 	}
 }

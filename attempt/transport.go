@@ -363,6 +363,15 @@ type Options struct {
 	// number of streams the upstream accepts per connection, whose GOAWAY
 	// would leave it proven unprocessed but impossible to resend.
 	OneShot bool
+
+	// Unretryable says that the request could not be sent again after a
+	// failure that may have reached the upstream: a one-shot body, or a
+	// non-idempotent method without an Idempotency-Key. It is kept off
+	// connections that have been idle nearly as long as the upstream lets
+	// a connection idle before it closes it, as learnt from the
+	// connections it closed: the keep-alive race would make it Ambiguous
+	// and lose it, where a new connection costs only a dial.
+	Unretryable bool
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context
@@ -401,10 +410,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	// guard (a bulkhead's queue, a shared rate guard's round trip) is not
 	// the upstream being slow.
 	start := clock.Now()
-	c, seq, err := p.get(ctx, o.NotBefore, o.OneShot)
+	c, seq, err := p.get(ctx, o)
 	for err == errPoolForgotten { // the route outlived its pool: the address has a new one
 		if p, err = t.renewPool(p); err == nil {
-			c, seq, err = p.get(ctx, o.NotBefore, o.OneShot)
+			c, seq, err = p.get(ctx, o)
 		}
 	}
 	if err != nil {

@@ -98,9 +98,9 @@ type phase struct {
 	// sleep is how long the backend works on each call, in milliseconds.
 	sleep int
 	// gap, if set, makes the workers call in rounds: all at once, then
-	// none for gap(). The idle phase spaces its rounds around the proxy's
-	// keep-alive timeout, so that connections are closed while idle, often
-	// as the next round's requests arrive.
+	// none for gap() after the round's last answer. The idle phase spaces
+	// its rounds around the proxy's keep-alive timeout, so that connections
+	// are closed while idle, often as the next round's requests arrive.
 	gap func() time.Duration
 	// reloads is how many times the proxy is reloaded, one every every.
 	reloads int
@@ -111,73 +111,55 @@ type phase struct {
 	minTime  time.Duration
 }
 
-// load makes calls until ctx ends, counting them in made; with rounds, the
-// workers call in its rounds.
-func load(ctx context.Context, c client, url string, r *rounds, seq, made *atomic.Int64) []result {
+// load makes calls until ctx ends, counting them in made: from 16 workers,
+// each calling again as soon as it has its answer, or, with gap, in rounds —
+// the 16 workers call at once, and the next round starts gap() after the
+// last call of this one ended. A round's gap is counted from its own end,
+// so the connections of either client of a pair stay idle for the same
+// times, however fast each is.
+func load(ctx context.Context, c client, url string, gap func() time.Duration, seq, made *atomic.Int64) []result {
 	var mu sync.Mutex
 	var results []result
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Go(func() {
-			for i := w; ctx.Err() == nil; i++ {
-				if r != nil {
-					select {
-					case <-ctx.Done():
-						return
-					case <-r.next():
-					}
-				}
-				k := i % nKinds
-				id := fmt.Sprintf("%s-%d", c.name, seq.Add(1)) // unique in the whole test: the backend counts by it
-				req := newCall(k, url, id)
-				resp, out, err := c.do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != 200 {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
-				mu.Lock()
-				results = append(results, result{kind: k, id: id, err: err, out: out})
-				mu.Unlock()
-				made.Add(1)
+	call := func(i int) {
+		k := i % nKinds
+		id := fmt.Sprintf("%s-%d", c.name, seq.Add(1)) // unique in the whole test: the backend counts by it
+		req := newCall(k, url, id)
+		resp, out, err := c.do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
 			}
-		})
-	}
-	wg.Wait()
-	return results
-}
-
-// rounds releases waiting workers all at once, once per gap.
-type rounds struct {
-	mu   sync.Mutex
-	gate chan struct{} // closed at the start of the next round
-}
-
-func startRounds(ctx context.Context, gap func() time.Duration) *rounds {
-	r := &rounds{gate: make(chan struct{})}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(gap()): // pacing the load, not a timing assertion
-			}
-			r.mu.Lock()
-			close(r.gate)
-			r.gate = make(chan struct{})
-			r.mu.Unlock()
 		}
-	}()
-	return r
-}
-
-// next returns a channel closed when the next round starts.
-func (r *rounds) next() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gate
+		mu.Lock()
+		results = append(results, result{kind: k, id: id, err: err, out: out})
+		mu.Unlock()
+		made.Add(1)
+	}
+	var wg sync.WaitGroup
+	if gap == nil {
+		for w := range 16 {
+			wg.Go(func() {
+				for i := w; ctx.Err() == nil; i++ {
+					call(i)
+				}
+			})
+		}
+		wg.Wait()
+		return results
+	}
+	for round := 0; ; round++ {
+		select {
+		case <-ctx.Done():
+			return results
+		case <-time.After(gap()): // pacing the load, not a timing assertion
+		}
+		for w := range 16 {
+			wg.Go(func() { call(w + round) })
+		}
+		wg.Wait()
+	}
 }
 
 func newCall(k int, url, id string) *http.Request {
@@ -264,12 +246,8 @@ func (p *pair) run(url string, ph phase, seq *atomic.Int64, reload func()) (ob, 
 	var wg sync.WaitGroup
 	results := make([][]result, len(p.clients))
 	made := make([]atomic.Int64, len(p.clients))
-	var r *rounds // both clients call in the same rounds
-	if ph.gap != nil {
-		r = startRounds(ctx, ph.gap)
-	}
 	for i, c := range p.clients {
-		wg.Go(func() { results[i] = load(ctx, c, url, r, seq, &made[i]) })
+		wg.Go(func() { results[i] = load(ctx, c, url, ph.gap, seq, &made[i]) })
 	}
 	start, reloads := time.Now(), 0
 	for {
