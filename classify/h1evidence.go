@@ -15,16 +15,7 @@ import (
 // TestNoResponseByteErrorsOfThisGoVersion fails loudly when a Go release
 // changes either.
 func NoResponseByte(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if e.Error() == serverClosedIdleText {
-			return true
-		}
-		t := reflect.TypeOf(e)
-		if t.Kind() == reflect.Struct && t.Name() == "transportReadFromServerError" && t.PkgPath() == "net/http" {
-			return true
-		}
-	}
-	return false
+	return netHTTPError(err, serverClosedIdleText, "transportReadFromServerError")
 }
 
 // NothingWritten reports whether err is how net/http's HTTP/1 client says
@@ -41,16 +32,22 @@ func NoResponseByte(err error) bool {
 // TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify
 // fail loudly when a Go release changes either.
 func NothingWritten(err error) bool {
+	return netHTTPError(err, serverClosedIdleText, "nothingWrittenError")
+}
+
+const serverClosedIdleText = "http: server closed idle connection"
+
+// netHTTPError reports whether err's chain holds an error whose text is
+// text, or one of net/http's unexported struct types named typeName.
+func netHTTPError(err error, text, typeName string) bool {
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		if e.Error() == serverClosedIdleText {
+		if e.Error() == text {
 			return true
 		}
 		t := reflect.TypeOf(e)
-		if t.Kind() == reflect.Struct && t.Name() == "nothingWrittenError" && t.PkgPath() == "net/http" {
+		if t.Kind() == reflect.Struct && t.Name() == typeName && t.PkgPath() == "net/http" {
 			return true
 		}
 	}
 	return false
 }
-
-const serverClosedIdleText = "http: server closed idle connection"
