@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,9 +30,26 @@ import (
 	"github.com/outboundhq/outbound/admission/ratelimit"
 )
 
-// ErrUnavailable is the cause of a rejection while Redis cannot be reached
-// and the Limiter is configured to reject (Degraded.Reject).
-var ErrUnavailable = errors.New("outboundredis: Redis unavailable, the fleet's rate limit cannot be checked")
+// ErrUnavailable is the cause of a rejection while Redis cannot be reached,
+// or cannot keep an upstream's limit, and the Limiter is configured to
+// reject (Degraded.Reject). It is a local rejection like the limit's own:
+// errors.Is(err, ratelimit.ErrLimited) holds.
+var ErrUnavailable error = &limitedError{"outboundredis: Redis unavailable, the fleet's rate limit cannot be checked"}
+
+// ErrNoAnswer is the cause of a rejection when Redis did not answer a take
+// within the Timeout while it answers otherwise: the process may not have had
+// the processor to read the answer, or Redis was slow for a moment. The take
+// is refused — Redis may have counted the token, so refusing admits less,
+// never more — and Redis is checked (Degraded.Confirm) before it is taken for
+// down. errors.Is(err, ratelimit.ErrLimited) holds.
+var ErrNoAnswer error = &limitedError{"outboundredis: no answer from Redis within the Timeout; refused"}
+
+// limitedError is a refusal that is the limit's, for the admission pipeline
+// and for callers: errors.Is matches ratelimit.ErrLimited.
+type limitedError struct{ msg string }
+
+func (e *limitedError) Error() string        { return e.msg }
+func (e *limitedError) Is(target error) bool { return target == ratelimit.ErrLimited }
 
 // Config configures a Limiter: one limit of PerSecond per upstream, shared
 // by every process that uses the same Redis and Prefix.
@@ -103,12 +122,19 @@ type Degraded struct {
 	Share float64
 
 	// Reject, if set, rejects every attempt in degraded mode (fail-closed)
-	// with ErrUnavailable, as a local rejection.
+	// with ErrUnavailable, a local rejection.
 	Reject bool
 
 	// RetryEvery is how often a degraded Limiter asks Redis whether it is
-	// back. Zero means 500 ms.
+	// back. Zero means 100 ms.
 	RetryEvery time.Duration
+
+	// Confirm is how long Redis is given to answer a check, after a take
+	// got no answer within the Timeout, before it is taken for down: a
+	// process short of processor time reads answers late, and a late
+	// answer is not a Redis that is down. Zero means 1 s. An error (a
+	// refused or broken connection) degrades at once.
+	Confirm time.Duration
 }
 
 // Mode is whether a Limiter checks the fleet's limit or a local one.
@@ -126,11 +152,15 @@ func (m Mode) String() string {
 	return "fleet"
 }
 
-// Event is a switch of mode.
+// Event is a switch of mode: of the whole Limiter (Upstream empty) when
+// Redis cannot be reached, or of one upstream's limit when Redis answers
+// with an error about its key (a key of the wrong type, a script error, no
+// memory left for the write).
 type Event struct {
-	Mode Mode      // the mode entered
-	Err  error     // why Redis could not be reached (entering Degraded)
-	At   time.Time // when
+	Mode     Mode      // the mode entered
+	Upstream string    // the upstream whose limit switched, or "" for every one
+	Err      error     // why (entering Degraded)
+	At       time.Time // when
 }
 
 // Metrics is a snapshot of a Limiter.
@@ -141,8 +171,12 @@ type Metrics struct {
 	Takes      int64 // tokens asked for by admissions
 	Refunds    int64
 	Local      int64 // admissions the local share allowed in degraded mode
+	Charged    int64 // local admissions charged to Redis when it came back
+	NoAnswer   int64 // takes refused because Redis did not answer within the Timeout (ErrNoAnswer)
+	Dropped    int64 // refunds beyond the tokens taken within Lease.Hold, not counted
 	Held       int   // leased tokens not yet handed out, over every upstream
 	Upstreams  int   // upstreams with state kept
+	KeysDown   int   // upstreams whose key Redis answered with an error, in degraded mode
 }
 
 // Limiter is a rate limit shared by a fleet of processes, kept on Redis as
@@ -158,21 +192,24 @@ type Limiter struct {
 	timeout time.Duration
 	lease   int
 	hold    time.Duration
-	share   ratelimit.Config
+	share   float64 // of the fleet's rate and burst, in degraded mode
 	reject  bool
 	retry   time.Duration
+	confirm time.Duration
 	onEvent func(Event)
 
-	degraded atomic.Bool
-	probing  atomic.Bool
-	probeKey atomic.Pointer[string] // the key whose script failed
+	degraded   atomic.Bool
+	episode    atomic.Uint64 // degraded episodes of the whole Limiter so far
+	probing    atomic.Bool
+	confirming atomic.Bool
+	probeKey   atomic.Pointer[string] // the key whose script failed
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	sweeper *time.Timer
 	closed  bool
 
-	switches, trips, takes, refunds, local atomic.Int64
+	switches, trips, takes, refunds, local, charged, noAnswer, dropped atomic.Int64
 }
 
 // maxRate is the highest rate per upstream: one token per microsecond.
@@ -198,6 +235,8 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, bad("Lease.Hold", "must be >= 0, got %v", cfg.Lease.Hold)
 	case cfg.Degraded.RetryEvery < 0:
 		return nil, bad("Degraded.RetryEvery", "must be >= 0, got %v", cfg.Degraded.RetryEvery)
+	case cfg.Degraded.Confirm < 0:
+		return nil, bad("Degraded.Confirm", "must be >= 0, got %v", cfg.Degraded.Confirm)
 	case !cfg.Degraded.Reject && !(cfg.Degraded.Share > 0 && cfg.Degraded.Share <= 1):
 		return nil, bad("Degraded.Share", "must be in (0, 1] unless Degraded.Reject is set (the share of the fleet's rate one process allows itself while Redis cannot be reached), got %v", cfg.Degraded.Share)
 	case cfg.Degraded.Reject && cfg.Degraded.Share != 0:
@@ -214,17 +253,15 @@ func New(cfg Config) (*Limiter, error) {
 		timeout: cmp.Or(cfg.Timeout, 50*time.Millisecond),
 		lease:   max(1, cfg.Lease.Max),
 		hold:    cmp.Or(cfg.Lease.Hold, 100*time.Millisecond),
+		share:   cfg.Degraded.Share,
 		reject:  cfg.Degraded.Reject,
-		retry:   cmp.Or(cfg.Degraded.RetryEvery, 500*time.Millisecond),
+		retry:   cmp.Or(cfg.Degraded.RetryEvery, 100*time.Millisecond),
+		confirm: cmp.Or(cfg.Degraded.Confirm, time.Second),
 		onEvent: cfg.OnEvent,
 		buckets: map[string]*bucket{},
 	}
 	l.tau = float64(burst) * l.emit
 	l.args = [2]string{strconv.FormatFloat(l.emit, 'g', -1, 64), strconv.FormatFloat(l.tau, 'g', -1, 64)}
-	if !l.reject {
-		l.share = ratelimit.Config{PerSecond: cfg.PerSecond * cfg.Degraded.Share,
-			Burst: max(1, int(float64(burst)*cfg.Degraded.Share))}
-	}
 	return l, nil
 }
 
@@ -252,7 +289,8 @@ func (l *Limiter) Mode() Mode {
 // Metrics returns a snapshot of the Limiter.
 func (l *Limiter) Metrics() Metrics {
 	m := Metrics{Mode: l.Mode(), Switches: l.switches.Load(), RoundTrips: l.trips.Load(),
-		Takes: l.takes.Load(), Refunds: l.refunds.Load(), Local: l.local.Load()}
+		Takes: l.takes.Load(), Refunds: l.refunds.Load(), Local: l.local.Load(), Charged: l.charged.Load(),
+		NoAnswer: l.noAnswer.Load(), Dropped: l.dropped.Load()}
 	l.mu.Lock()
 	bs := make([]*bucket, 0, len(l.buckets))
 	for _, b := range l.buckets {
@@ -264,6 +302,9 @@ func (l *Limiter) Metrics() Metrics {
 		b.mu.Lock()
 		m.Held += b.held
 		b.mu.Unlock()
+		if b.keyDown.Load() {
+			m.KeysDown++
+		}
 	}
 	return m
 }
@@ -339,9 +380,82 @@ func (l *Limiter) sweep() {
 	l.mu.Unlock()
 }
 
-// degrade switches to degraded mode, once, and starts asking Redis whether
-// it is back.
+// The kinds of failure of a round trip to Redis, by what they say of it.
+const (
+	noAnswer    = iota + 1 // no answer within the Timeout: slow, or a process short of processor time
+	unreachable            // Redis cannot be reached, or cannot serve at all
+	keyFailure             // Redis answers, with an error about the limit's key
+)
+
+// failureOf says what an error of a round trip says of Redis. An error reply
+// about the key — a key of the wrong type (WRONGTYPE), a script error, no
+// memory for the write (OOM) — concerns that upstream's limit only; an error
+// reply that Redis as a whole cannot serve (LOADING, BUSY, MASTERDOWN,
+// CLUSTERDOWN, TRYAGAIN, READONLY) and any error of the connection are
+// Redis out of reach; a deadline is no answer.
+func failureOf(err error) int {
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+			if strings.HasPrefix(msg, p) {
+				return unreachable
+			}
+		}
+		return keyFailure
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return noAnswer
+	}
+	return unreachable
+}
+
+// failed handles the failure err of a round trip for b, and returns what the
+// take that made it returns.
+func (l *Limiter) failed(b *bucket, err error) error {
+	switch failureOf(err) {
+	case noAnswer:
+		l.noAnswer.Add(1)
+		l.check(b)
+		return ErrNoAnswer
+	case keyFailure:
+		b.degrade(err)
+	default:
+		l.degrade(err, b.key)
+	}
+	return b.takeDegraded()
+}
+
+// check asks Redis, once at a time, whether it answers within Confirm, after
+// a take got no answer within the Timeout: a process short of processor time
+// reads its answers late, and that is not a Redis that is down. It degrades
+// only if Redis does not answer.
+func (l *Limiter) check(b *bucket) {
+	if l.degraded.Load() || l.confirming.Swap(true) {
+		return
+	}
+	go func() {
+		defer l.confirming.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), l.confirm)
+		err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
+		cancel()
+		switch {
+		case err == nil:
+		case failureOf(err) == keyFailure:
+			b.degrade(err)
+		default:
+			l.degrade(err, b.key)
+		}
+	}()
+}
+
+// degrade switches the whole Limiter to degraded mode, once, and starts
+// asking Redis whether it is back.
 func (l *Limiter) degrade(err error, key string) {
+	if l.degraded.Load() {
+		return
+	}
+	l.episode.Add(1) // before the switch: a take that sees degraded mode sees the new episode
 	if l.degraded.Swap(true) {
 		return
 	}
@@ -355,11 +469,15 @@ func (l *Limiter) degrade(err error, key string) {
 
 // probe asks Redis whether it answers again — the script itself, taking
 // nothing, on the key that failed, so that on a cluster it asks the node
-// that failed — and switches back to fleet mode when it does.
+// that failed — and switches back to fleet mode when it does, once every
+// upstream's local admissions are charged to Redis.
 func (l *Limiter) probe() {
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	err := gcra.Exec(ctx, l.client, []string{*l.probeKey.Load()}, []string{l.args[0], l.args[1], "0", "0"}).Error()
+	ctx, cancel := context.WithTimeout(context.Background(), l.confirm)
+	err := gcra.Exec(ctx, l.client, []string{*l.probeKey.Load()}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
 	cancel()
+	if err == nil || failureOf(err) == keyFailure { // Redis answers: that key's trouble is its own
+		err = l.chargeAll()
+	}
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
@@ -374,6 +492,29 @@ func (l *Limiter) probe() {
 	}
 }
 
+// chargeAll charges to Redis what every upstream admitted locally (see
+// bucket.charge), and returns the first error of Redis.
+func (l *Limiter) chargeAll() error {
+	l.mu.Lock()
+	bs := make([]*bucket, 0, len(l.buckets))
+	for _, b := range l.buckets {
+		bs = append(bs, b)
+	}
+	l.mu.Unlock()
+	for _, b := range bs {
+		b.mu.Lock()
+		owed := b.owed
+		b.mu.Unlock()
+		if owed == 0 || b.keyDown.Load() { // nothing to charge, or its own probe charges it
+			continue
+		}
+		if err := b.charge(); err != nil && failureOf(err) != keyFailure {
+			return err
+		}
+	}
+	return nil
+}
+
 func (l *Limiter) event(e Event) {
 	if l.onEvent == nil {
 		return
@@ -382,26 +523,30 @@ func (l *Limiter) event(e Event) {
 	l.onEvent(e)
 }
 
-// gcra takes up to want tokens after giving back back, atomically on the
-// server's clock. The bucket's state is its theoretical arrival time (TAT)
-// in microseconds since mid-2025, kept with a fraction so that a rate that
-// is not a whole number of microseconds per token stays exact (Lua's numbers
-// are doubles: about 0.01 µs of resolution at this magnitude, which is 0.01%
-// of the interval between tokens at 10,000 per second and 1% at the highest
-// rate allowed, rounded to the nearest so that errors do not add up in one
-// direction); the key expires when the bucket is full again. It returns the tokens granted and, when none, the
-// microseconds until one is.
+// gcra takes up to want tokens after giving back back and charging charge,
+// atomically on the server's clock. The bucket's state is its theoretical
+// arrival time (TAT) in microseconds since mid-2025, kept with a fraction so
+// that a rate that is not a whole number of microseconds per token stays
+// exact (Lua's numbers are doubles: about 0.01 µs of resolution at this
+// magnitude, which is 0.01% of the interval between tokens at 10,000 per
+// second and 1% at the highest rate allowed, rounded to the nearest so that
+// errors do not add up in one direction); the key expires when the bucket is
+// full again. A give-back never takes the bucket above full; a charge — the
+// tokens a process admitted on its own while Redis could not be reached —
+// may take it below empty, into a debt that later takes wait out. It returns
+// the tokens granted and, when none, the microseconds until one is.
 var gcra = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1750000000) * 1000000 + tonumber(t[2])
 local emit, tau = tonumber(ARGV[1]), tonumber(ARGV[2])
-local want, back = tonumber(ARGV[3]), tonumber(ARGV[4])
+local want, back, charge = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 if back > 0 then
   tat = tat - back * emit
   if tat < now then tat = now end
 end
+if charge > 0 then tat = tat + charge * emit end
 local got = math.floor((now + tau - tat) / emit)
 if got > want then got = want end
 if got < 0 then got = 0 end
@@ -417,15 +562,16 @@ return {got, wait}
 `)
 
 // bucket is one upstream's guard: the leased tokens it holds, and its local
-// limiter for degraded mode.
+// share for degraded mode.
 type bucket struct {
 	l        *Limiter
 	upstream string
 	key      string
 	kept     atomic.Bool // in l.buckets
+	keyDown  atomic.Bool // Redis answers with an error about this key: degraded on its own (keyErr)
 
 	mu        sync.Mutex
-	held      int       // leased tokens not handed out
+	held      int       // leased (or refunded) tokens not handed out
 	heldUntil time.Time // when they are given back
 	limited   time.Time // no token on Redis before this (learned from a refusal)
 	fetching  chan struct{}
@@ -433,16 +579,29 @@ type bucket struct {
 	rate      float64 // the process's own takes per second, smoothed
 	counted   int     // takes since since
 	since     time.Time
-	local     *ratelimit.Limiter
+	// refundable is how many tokens handed out within the last Hold
+	// (until refundableUntil) may still be refunded.
+	refundable      int
+	refundableUntil time.Time
+	// The local share in degraded mode: GCRA at the share's rate, whose
+	// theoretical arrival time is localTAT; a new episode starts empty
+	// (localEpisode: the episode it belongs to; 0 for a key of its own).
+	// owed counts its admissions not yet charged to Redis.
+	localTAT     time.Time
+	localEpisode uint64
+	owed         int
+	keyErr       error // why keyDown
 }
 
 // Take takes one token of the fleet's limit: from the tokens this process
 // holds, or from Redis within the Limiter's Timeout, or — while Redis cannot
-// be reached — from the local share. It waits for Redis (its own round trip,
-// or another take's for the same upstream) at most Timeout in all, whatever
-// ctx allows: a caller that gives up sooner does not make a slow Redis look
-// healthy, nor a healthy one look slow. A ctx already done is refused at
-// once.
+// be reached, or cannot keep this upstream's limit — from the local share. It
+// waits for Redis (its own round trip, or another take's for the same
+// upstream) at most Timeout in all, whatever ctx allows: a caller that gives
+// up sooner does not make a slow Redis look healthy. A take that gets no
+// answer in that time is refused with ErrNoAnswer, and Redis is checked
+// (Degraded.Confirm) before it is taken for down. A ctx already done is
+// refused at once.
 func (b *bucket) Take(ctx context.Context) error {
 	l := b.l
 	l.takes.Add(1)
@@ -451,7 +610,7 @@ func (b *bucket) Take(ctx context.Context) error {
 	}
 	var deadline time.Time
 	for {
-		if l.degraded.Load() {
+		if l.degraded.Load() || b.keyDown.Load() {
 			return b.takeDegraded()
 		}
 		now := time.Now()
@@ -463,6 +622,7 @@ func (b *bucket) Take(ctx context.Context) error {
 		b.counted++
 		if b.held > 0 && now.Before(b.heldUntil) {
 			b.held--
+			b.handedOutLocked(now)
 			b.mu.Unlock()
 			return nil
 		}
@@ -474,8 +634,11 @@ func (b *bucket) Take(ctx context.Context) error {
 			wait := b.fetching
 			b.mu.Unlock()
 			if !await(wait, deadline) {
-				l.degrade(errSlow, b.key)
-				return b.takeDegraded()
+				// Its answer did not come in time: the same as no answer
+				// to a round trip of its own, and that round trip's
+				// taker checks Redis.
+				l.noAnswer.Add(1)
+				return ErrNoAnswer
 			}
 			continue
 		}
@@ -491,7 +654,7 @@ func (b *bucket) Take(ctx context.Context) error {
 			l.adoptLocked(b)
 			l.mu.Unlock()
 		}
-		got, wait, err := b.run(ctx, deadline, want, back)
+		got, wait, err := b.run(ctx, deadline, want, back, 0)
 		b.mu.Lock()
 		if done != nil {
 			b.fetching = nil
@@ -503,8 +666,7 @@ func (b *bucket) Take(ctx context.Context) error {
 			// out may still have run, and giving them back twice would
 			// admit more than the limit (dropping them admits less).
 			b.mu.Unlock()
-			l.degrade(err, b.key)
-			return b.takeDegraded()
+			return l.failed(b, err)
 		case got == 0:
 			// Ask again when the batch would be there (one round trip for
 			// it rather than one per token), and after Hold at the latest:
@@ -514,16 +676,24 @@ func (b *bucket) Take(ctx context.Context) error {
 			b.mu.Unlock()
 			return ratelimit.ErrLimited
 		}
+		now = time.Now()
 		b.held += got - 1
-		b.heldUntil = time.Now().Add(l.hold)
+		b.heldUntil = now.Add(l.hold)
+		b.handedOutLocked(now)
 		b.mu.Unlock()
 		return nil
 	}
 }
 
-// errSlow is why a take that waited for another's round trip until its
-// deadline switches to degraded mode.
-var errSlow = errors.New("outboundredis: no answer from Redis within the Timeout")
+// handedOutLocked counts a token handed out as one that may be refunded
+// within Hold; b.mu held.
+func (b *bucket) handedOutLocked(now time.Time) {
+	if now.After(b.refundableUntil) {
+		b.refundable = 0
+	}
+	b.refundable++
+	b.refundableUntil = now.Add(b.l.hold)
+}
 
 // await waits for another take's round trip until deadline, and reports
 // whether it ended in time.
@@ -561,18 +731,19 @@ func (b *bucket) batchLocked(now time.Time) (want, back int) {
 
 // run runs the script until deadline, whatever ctx's own end (its values
 // are kept, for tracing).
-func (b *bucket) run(ctx context.Context, deadline time.Time, want, back int) (got int, wait time.Duration, err error) {
+func (b *bucket) run(ctx context.Context, deadline time.Time, want, back, charge int) (got int, wait time.Duration, err error) {
 	l := b.l
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	args := []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back)}
+	args := []string{l.args[0], l.args[1], strconv.Itoa(want), strconv.Itoa(back), strconv.Itoa(charge)}
 	l.trips.Add(1)
 	res, err := gcra.Exec(ctx, l.client, []string{b.key}, args).AsIntSlice()
-	if err != nil && back == 0 && ctx.Err() == nil && brokenConn(err) {
+	if err != nil && back == 0 && charge == 0 && ctx.Err() == nil && brokenConn(err) {
 		// A connection that died while idle (Redis restarted) fails its
 		// first command; the client dials again for the next. Taking again
 		// can at worst take a token twice, which admits less, never more;
-		// a give-back is not repeated, since that could admit more.
+		// a give-back or a charge is not repeated, since that could admit
+		// more or charge twice.
 		l.trips.Add(1)
 		res, err = gcra.Exec(ctx, l.client, []string{b.key}, args).AsIntSlice()
 	}
@@ -592,41 +763,129 @@ func brokenConn(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// takeDegraded answers an admission while Redis cannot be reached.
+// degrade puts this upstream's limit alone in degraded mode, once, for an
+// error of Redis about its key, and starts asking Redis, for this key,
+// whether it can keep the limit again.
+func (b *bucket) degrade(err error) {
+	b.mu.Lock()
+	if b.keyDown.Load() {
+		b.mu.Unlock()
+		return
+	}
+	b.keyErr = err
+	b.localEpisode = math.MaxUint64 // not an episode of the whole Limiter: start the share afresh
+	b.keyDown.Store(true)
+	b.mu.Unlock()
+	b.l.switches.Add(1)
+	b.l.event(Event{Mode: ModeDegraded, Upstream: b.upstream, Err: err, At: time.Now()})
+	time.AfterFunc(b.l.retry, b.probe)
+}
+
+// probe asks Redis whether it keeps this upstream's limit again — the
+// script, taking nothing, charging what was admitted locally meanwhile — and
+// ends the upstream's degraded mode when it does.
+func (b *bucket) probe() {
+	l := b.l
+	err := b.charge()
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if err != nil && !closed {
+		time.AfterFunc(l.retry, b.probe)
+		return
+	}
+	if err == nil && b.keyDown.Swap(false) {
+		l.switches.Add(1)
+		l.event(Event{Mode: ModeFleet, Upstream: b.upstream, At: time.Now()})
+	}
+}
+
+// charge charges to Redis the tokens this upstream admitted on its local
+// share while Redis could not be reached or keep its limit, so that the
+// fleet's limit counts them: the fleet then admits that many fewer. The
+// count is kept on failure, for the next charge.
+func (b *bucket) charge() error {
+	b.mu.Lock()
+	owed := b.owed
+	b.owed = 0
+	b.mu.Unlock()
+	_, _, err := b.run(context.Background(), time.Now().Add(b.l.confirm), 0, 0, owed)
+	if err != nil {
+		// Not charged, as far as is known (a charge that timed out may
+		// have run: charging it again admits less, never more).
+		b.mu.Lock()
+		b.owed += owed
+		b.mu.Unlock()
+		return err
+	}
+	b.l.charged.Add(int64(owed))
+	return nil
+}
+
+// takeDegraded answers an admission while Redis cannot be reached, or
+// cannot keep this upstream's limit: ErrUnavailable with Degraded.Reject,
+// else the local share — at Share of the fleet's rate and burst, starting
+// each degraded episode empty (a Redis that flaps must not hand each
+// episode a fresh burst), its admissions counted to be charged to Redis
+// when it comes back.
 func (b *bucket) takeDegraded() error {
 	l := b.l
 	if l.reject {
 		return ErrUnavailable
 	}
+	emit := time.Duration(l.emit / l.share * float64(time.Microsecond))
+	tau := time.Duration(max(1, math.Floor(l.tau/l.emit*l.share))) * emit
+	now := time.Now()
 	b.mu.Lock()
-	b.lastTake = time.Now()
-	if b.local == nil {
-		b.local, _ = ratelimit.New(l.share) // validated in New
+	defer b.mu.Unlock()
+	b.lastTake = now
+	if ep := l.episode.Load(); !b.keyDown.Load() && b.localEpisode != ep {
+		b.localEpisode, b.localTAT = ep, now.Add(tau) // empty
+	} else if b.keyDown.Load() && b.localEpisode == math.MaxUint64 {
+		b.localEpisode, b.localTAT = 0, now.Add(tau)
 	}
-	lim := b.local
-	b.mu.Unlock()
-	if lim.TryAcquire() {
-		l.local.Add(1)
-		return nil
+	tat := b.localTAT
+	if tat.Before(now) {
+		tat = now
 	}
-	return ratelimit.ErrLimited
+	if tat.Add(emit).Sub(now) > tau {
+		return ratelimit.ErrLimited
+	}
+	b.localTAT = tat.Add(emit)
+	b.owed++
+	l.local.Add(1)
+	return nil
 }
 
 // Refund gives back a token of an attempt that never reached the wire: to
 // the tokens this process holds (the next take uses it without a round
 // trip; one not used within Hold goes back to Redis), or to the local share
-// in degraded mode.
+// in degraded mode. Refunds beyond the tokens handed out within the last
+// Hold are not counted (Metrics.Dropped): a refund cannot make room the
+// limit never gave.
 func (b *bucket) Refund() {
 	l := b.l
 	l.refunds.Add(1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if l.degraded.Load() && b.local != nil {
-		b.local.Refund()
+	if l.degraded.Load() || b.keyDown.Load() {
+		if b.owed > 0 {
+			b.owed--
+			b.localTAT = b.localTAT.Add(-time.Duration(l.emit / l.share * float64(time.Microsecond)))
+		} else {
+			l.dropped.Add(1)
+		}
 		return
 	}
+	now := time.Now()
+	if b.refundable == 0 || now.After(b.refundableUntil) {
+		b.refundable = 0
+		l.dropped.Add(1)
+		return
+	}
+	b.refundable--
 	if b.held == 0 {
-		b.heldUntil = time.Now().Add(l.hold)
+		b.heldUntil = now.Add(l.hold)
 	}
 	b.held++
 	b.limited = time.Time{}
@@ -644,6 +903,6 @@ func (b *bucket) giveBack(all bool) error {
 	b.held = 0
 	b.mu.Unlock()
 	// On error they are not kept: the script may have run (see Take).
-	_, _, err := b.run(context.Background(), time.Now().Add(b.l.timeout), 0, back)
+	_, _, err := b.run(context.Background(), time.Now().Add(b.l.timeout), 0, back, 0)
 	return err
 }

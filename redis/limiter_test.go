@@ -133,18 +133,53 @@ func TestLeasedTokensNotUsedAreGivenBack(t *testing.T) {
 	if n := takeAll(t, other.For("up")); n != 70 {
 		t.Fatalf("the other process took %d, want the 70 the busy one did not use", n)
 	}
-	// On Close: a refunded token the busy process holds goes back.
-	g.Refund()
-	if leaser.Metrics().Held != 1 {
-		t.Fatalf("held %d after a refund, want 1", leaser.Metrics().Held)
+	// On Close: the tokens a process holds go back at once.
+	cfg.Prefix, cfg.Lease = "close:", outboundredis.Lease{Max: 10, Hold: time.Hour}
+	closer := newLimiter(t, cfg)
+	gc := closer.For("up")
+	for range 5 {
+		if err := gc.Take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := leaser.Close(); err != nil {
+	if closer.Metrics().Held == 0 {
+		t.Fatal("nothing held after 5 quick takes: leasing is not working")
+	}
+	if err := closer.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Prefix = ""
+	cfg.Lease = outboundredis.Lease{}
 	third := newLimiter(t, cfg)
-	if n := takeAll(t, third.For("up")); n != 1 {
-		t.Fatalf("after Close a third process took %d, want 1", n)
+	if n := takeAll(t, third.For("up")); n != 95 {
+		t.Fatalf("after Close a third process took %d, want the 95 the closed one did not use", n)
+	}
+}
+
+// Regression: refunds were not capped, so three refunds on a full bucket
+// made the next burst 8 where the burst is 5. A refund counts only for a
+// token handed out within the last Hold.
+func TestRefundsNeverExceedTheTokensTaken(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, leased := range []int{0, 8} {
+		l := newLimiter(t, outboundredis.Config{Client: client(t, srv.Addr()), PerSecond: 1.0 / 3600, Burst: 5,
+			Prefix: fmt.Sprintf("cap%d:", leased), Lease: outboundredis.Lease{Max: leased}})
+		g := l.For("up")
+		for range 3 {
+			g.Refund() // nothing was taken
+		}
+		if n := takeAll(t, g); n != 5 {
+			t.Fatalf("lease %d: after 3 refunds of nothing, took %d, want the burst of 5", leased, n)
+		}
+		for range 3 {
+			g.Refund() // 5 were taken: these count
+		}
+		g.Refund() // four of the five taken: all count
+		if n := takeAll(t, g); n != 4 {
+			t.Fatalf("lease %d: after 4 refunds of 5 tokens taken, took %d, want 4", leased, n)
+		}
+		if m := l.Metrics(); m.Dropped != 3 {
+			t.Fatalf("lease %d: %d refunds dropped, want 3", leased, m.Dropped)
+		}
 	}
 }
 

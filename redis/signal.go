@@ -55,8 +55,10 @@ type Breakers interface {
 // closes on its own evidence.
 //
 // Delivery is at most once: an opening published while a replica's
-// subscription is down (Redis restarting), or whose publication fails, is
-// not seen by it; it then opens on its own evidence, as without the Signal.
+// subscription is down (Redis restarting), or whose publication fails or
+// times out, is not seen by it — one that Redis delivers after its
+// publication timed out (a frozen Redis coming back) is dropped; the replica
+// then opens on its own evidence, as without the Signal.
 //
 // Nothing touches Redis on the admission path: Observe only hands a
 // transition to the Signal's own goroutine, and no lock is held around
@@ -129,13 +131,21 @@ func (s *Signal) Observe(e admission.Event) {
 	}
 }
 
+// publish sends the openings Observe queued. Each message carries the
+// instant its publication times out (Unix milliseconds, this process's
+// clock): a client may still send a command whose context has ended — when a
+// frozen Redis comes back, say — and a replica that receives it after that
+// instant drops it rather than open a breaker late (see apply).
 func (s *Signal) publish() {
 	for {
 		select {
 		case <-s.done:
 			return
 		case msg := <-s.out:
-			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			deadline := time.Now().Add(s.timeout)
+			replica, rest, _ := strings.Cut(msg, "\t")
+			msg = replica + "\t" + strconv.FormatInt(deadline.UnixMilli(), 10) + "\t" + rest
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			s.client.Do(ctx, s.client.B().Publish().Channel(s.channel).Message(msg).Build())
 			cancel()
 		}
@@ -216,12 +226,19 @@ func (s *Signal) Attach(b Breakers) error {
 	}
 }
 
-// apply opens the local breaker of an opening another replica published.
+// apply opens the local breaker of an opening another replica published,
+// unless it arrived after its publication had timed out: late, it would open
+// the breaker for a wait that began long before, on evidence the publisher
+// has given up on. (The two clocks are taken to agree within the Timeout, 1 s
+// by default; NTP keeps hosts within milliseconds.)
 func (s *Signal) apply(payload string) {
 	replica, rest, ok1 := strings.Cut(payload, "\t")
-	ms, upstream, ok2 := strings.Cut(rest, "\t")
-	wait, err := strconv.ParseInt(ms, 10, 64)
-	if !ok1 || !ok2 || err != nil || wait <= 0 || replica == s.replica {
+	until, rest, ok2 := strings.Cut(rest, "\t")
+	ms, upstream, ok3 := strings.Cut(rest, "\t")
+	deadline, err1 := strconv.ParseInt(until, 10, 64)
+	wait, err2 := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || wait <= 0 || replica == s.replica ||
+		time.Now().UnixMilli() > deadline {
 		return
 	}
 	d := time.Duration(wait) * time.Millisecond

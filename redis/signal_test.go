@@ -269,3 +269,64 @@ func TestAnAttachThatFailsCanBeMadeAgain(t *testing.T) {
 		t.Fatalf("Attach after Redis came back: %v", err)
 	}
 }
+
+// breakerSet is a Breakers of fixed breakers.
+type breakerSet map[string]*circuit.Breaker
+
+func (b breakerSet) Breaker(upstream string) (*circuit.Breaker, bool) {
+	br, ok := b[upstream]
+	return br, ok
+}
+
+// Regression: an opening published while Redis was frozen was delivered
+// when it came back, 1.9 s later, after its publication had timed out, and
+// opened the other replicas' breakers late. A replica drops an opening that
+// arrives after its publication's Timeout; one that arrives in time opens
+// its breaker.
+func TestAnOpeningDeliveredAfterItsPublicationTimedOutIsDropped(t *testing.T) {
+	srv := redistest.Start(t)
+	br, err := circuit.New(circuit.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan bool, 4)
+	sub, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: client(t, srv.Addr()), Replica: "sub",
+		OnReceive: func(upstream, replica string, wait time.Duration, ok bool) { applied <- ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Attach(breakerSet{"up": br}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := outboundredis.NewSignal(outboundredis.SignalConfig{Client: client(t, srv.Addr()), Replica: "pub",
+		Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	opening := admission.Event{Upstream: "up", Kind: admission.Transition,
+		Transition: circuit.Transition{From: circuit.Closed, To: circuit.Open, Reason: circuit.ReasonFailureRate, Wait: time.Minute}}
+
+	srv.Pause()
+	pub.Observe(opening)
+	time.Sleep(time.Second) // Redis frozen past the publication's Timeout: the fault itself, not a timing assertion
+	srv.Resume()
+	select {
+	case <-applied:
+		t.Fatal("an opening delivered after its publication timed out was applied")
+	case <-time.After(500 * time.Millisecond): // room for a late delivery, which must not come
+	}
+	if st := br.State(); st != circuit.Closed {
+		t.Fatalf("the breaker is %v after a late opening, want CLOSED", st)
+	}
+	pub.Observe(opening)
+	select {
+	case ok := <-applied:
+		if !ok || br.State() != circuit.Open {
+			t.Fatalf("an opening in time: applied %v, breaker %v", ok, br.State())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an opening published in time was not received")
+	}
+}
