@@ -79,26 +79,32 @@ type Config struct {
 	// a round trip. The zero value means no leasing.
 	Lease Lease
 
-	// Degraded says what admission does while Redis cannot be reached.
+	// Degraded says what admission does while Redis cannot be reached, or
+	// cannot keep an upstream's limit.
 	Degraded Degraded
 
 	// OnEvent, if set, is told of every switch between fleet and degraded
-	// mode. It is called outside every lock; a panic in it is recovered.
+	// mode, of the whole Limiter or of one upstream's limit. It is called
+	// outside every lock; a panic in it is recovered.
 	OnEvent func(Event)
 }
 
 // Lease configures the leasing of tokens. Leased tokens count as taken on
 // Redis when they are leased, so the fleet's sustained rate stays exact;
 // what moves is when they are used. A process holds at most Max leased
-// tokens it has not handed out, each for at most Hold: over any interval the
-// fleet admits at most PerSecond × (the interval + Hold) + Burst, and never
-// more than the processes × Max above PerSecond × the interval + Burst.
-// Refunded tokens are held the same way (with or without leasing) and add to
-// that bound the tokens refunded within the last Hold: a token refunded long
-// after it was taken — its attempt waited for a connection, then was
-// cancelled — is used later than the limit scheduled it. A token taken from
-// the local share in degraded mode and refunded after the switch back goes
-// to Redis as if it had come from there.
+// tokens it has not handed out, each for at most Hold.
+//
+// The bound, for one upstream over any interval T, with N processes each
+// degraded at Share 1/N: PerSecond × T + Burst, plus PerSecond × Hold with
+// leasing (tokens leased before T, used in it; never more than N × Max),
+// plus a token per process in degraded mode (each local share rounds on its
+// own), plus a Burst for each restart of Redis that lost its data (the
+// bucket it kept is gone). A degraded episode's local share starts empty,
+// and what it admits is charged to Redis when it comes back, so that the
+// fleet admits that much less afterwards: with a Share above 1/N the fleet
+// admits more while degraded and pays it back. Refunded tokens are held like
+// leased ones (with or without leasing), and a refund counts only for a
+// token handed out within the last Hold.
 type Lease struct {
 	// Max is the most tokens a process takes in one round trip. Zero or 1
 	// means no leasing.
@@ -112,8 +118,11 @@ type Lease struct {
 	Hold time.Duration
 }
 
-// Degraded configures admission while Redis cannot be reached (an error,
-// or no answer within Timeout).
+// Degraded configures admission while Redis cannot be reached — a
+// connection error, or no answer to a check within Confirm after a take got
+// none within Timeout — for every upstream; and while Redis answers an
+// upstream's take with an error about its key (a key of the wrong type, a
+// script error, no memory for the write), for that upstream alone.
 type Degraded struct {
 	// Share is the share of the fleet's rate (and burst) one process
 	// allows itself in degraded mode, with a local limiter per upstream:
