@@ -479,8 +479,11 @@ func TestAnAdmissionWaitsForRedisAtMostTheTimeoutInAll(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// 1.5×: the Timeout is the bound, with room for a busy machine.
-	if d := time.Duration(slowest.Load()); d > timeout*3/2 {
+	// The Timeout is the bound; 2.5× leaves room for a busy machine (seen:
+	// 1.64× in a full run under the race detector), and is still below the
+	// several round trips of 60 ms, each with a Timeout of its own, that
+	// the bug let a take wait.
+	if d := time.Duration(slowest.Load()); d > timeout*5/2 {
 		t.Fatalf("an admission waited %v for Redis, with a Timeout of %v", d, timeout)
 	}
 }
