@@ -196,7 +196,7 @@ type stressScenario struct {
 	// atRate says that Redis answers throughout and the processes have the
 	// processor: the healthy upstream must get at least 90 % of the rate.
 	atRate bool
-	fault       func(t *testing.T, srv *redistest.Server, c rueidis.Client, at func(time.Duration))
+	fault  func(t *testing.T, srv *redistest.Server, c rueidis.Client, at func(time.Duration))
 }
 
 // stressBound is the most the fleet may admit for one upstream over d: the
