@@ -3,14 +3,21 @@ package outbound_test
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/outboundtest"
 )
 
 // pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok" for any
@@ -64,4 +71,148 @@ func TestAForgottenUpstreamTakesItsRetryBudgetWithIt(t *testing.T) {
 			t.Fatalf("after 10 idle minutes: budget kept %v, forgotten %v", ok, forgotten)
 		}
 	})
+}
+
+// slowDial dials an in-memory HTTP/1.1 upstream that answers each request
+// after delay, with status 503 for the host "sick.test" and 200 for any
+// other; hits counts the requests to sick.test.
+func slowDial(delay time.Duration, hits *atomic.Int64) func(context.Context, string, string) (net.Conn, error) {
+	return func(_ context.Context, _, addr string) (net.Conn, error) {
+		client, server := net.Pipe()
+		go func() {
+			defer server.Close()
+			r := bufio.NewReader(server)
+			for {
+				req, err := http.ReadRequest(r)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				time.Sleep(delay) // the upstream's work, in the bubble's time
+				status := "200 OK"
+				if strings.HasPrefix(addr, "sick.test") {
+					hits.Add(1)
+					status = "503 Service Unavailable"
+				}
+				if _, err := io.WriteString(server, "HTTP/1.1 "+status+"\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+					return
+				}
+			}
+		}()
+		return client, nil
+	}
+}
+
+func getURL(t *testing.T, tr *outbound.Transport, url string) (*http.Response, error) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+// Regression: an upstream was forgotten while an attempt held its circuit
+// permit — only bulkhead slots were checked — so, without a bulkhead, each
+// failure of calls longer than UpstreamIdleTime went to a breaker already
+// discarded, and the breaker never opened. An upstream is kept while any
+// of its permits is held.
+func TestAnUpstreamIsNeverForgottenWhileAnAttemptHoldsItsPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hits atomic.Int64
+		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: slowDial(10*time.Minute, &hits)},
+			UpstreamIdleTime: time.Minute, MaxAttempts: 1,
+			Admission: admission.Config{Circuit: circuit.Config{WindowSize: 3, MinimumCalls: 3, WaitInOpen: time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for range 6 {
+			getURL(t, tr, "http://sick.test/")
+		}
+		if n := hits.Load(); n != 3 {
+			t.Fatalf("the upstream got %d calls, want 3: the breaker should open after three failures", n)
+		}
+	})
+}
+
+// Regression: MaxUpstreams made room by forgetting, among upstreams that
+// held no permit, one chosen at random among those last used in the same
+// sweep — a CLOSED breaker in active use too: against a 503-only upstream,
+// 200 of 200 calls got through when 16 other hosts were called between
+// them, its breaker's window erased each time. A breaker with failures in
+// its window is not forgotten to make room.
+func TestMaxUpstreamsNeverForgetsABreakerWithFailuresInItsWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hits atomic.Int64
+		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: slowDial(0, &hits)},
+			MaxUpstreams: 4, MaxAttempts: 1,
+			Admission: admission.Config{Circuit: circuit.Config{WindowSize: 10, MinimumCalls: 5, WaitInOpen: time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for range 20 {
+			getURL(t, tr, "http://sick.test/")
+			for h := range 16 {
+				if _, err := getURL(t, tr, fmt.Sprintf("http://h%d.test/", h)); err != nil {
+					t.Fatalf("a healthy host: %v", err)
+				}
+			}
+		}
+		if n := hits.Load(); n != 5 {
+			t.Fatalf("the sick upstream got %d calls of 20, want 5: its breaker should open after five failures", n)
+		}
+	})
+}
+
+// Regression: a call refused before its upstream had any state (an
+// unsupported scheme, ErrTooManyUpstreams) made a retry budget all the
+// same, kept for good outside MaxUpstreams (163–166 B per refused host).
+func TestACallRefusedBeforeItsUpstreamExistsKeepsNoRetryBudget(t *testing.T) {
+	tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: pipeDial}, MaxUpstreams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := getURL(t, tr, "ftp://files.test/x"); err == nil {
+		t.Fatal("an ftp URL was sent")
+	}
+	if _, ok := outbound.BudgetOf(tr, "ftp://files.test"); ok {
+		t.Error("a retry budget for a URL that cannot be sent")
+	}
+	if _, err := getURL(t, tr, "http://one.test/"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := tr.Breaker("http://one.test:80")
+	b.SetState(circuit.ForcedOpen) // held: it cannot be forgotten
+	if _, err := getURL(t, tr, "http://two.test/"); !errors.Is(err, outbound.ErrTooManyUpstreams) {
+		t.Fatalf("a second upstream: %v, want ErrTooManyUpstreams", err)
+	}
+	if _, ok := outbound.BudgetOf(tr, "http://two.test:80"); ok {
+		t.Error("a retry budget for an upstream refused by MaxUpstreams")
+	}
+}
+
+// Regression: a host in full-width letters, which net/http dials in ASCII
+// (IDNA), failed NotSent at DNS: "ｌｏｃａｌｈｏｓｔ" is localhost.
+func TestAnInternationalizedHostIsDialedAsNetHTTPDialsIt(t *testing.T) {
+	s := newServer(t, outboundtest.HTTP1)
+	port := s.URL[strings.LastIndex(s.URL, ":")+1:]
+	url := "http://ｌｏｃａｌｈｏｓｔ:" + port + "/"
+	c := newClient(t, s, outbound.Config{})
+	resp, err := getURL(t, c, url)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("outbound: %v", err)
+	}
+	if got := c.Upstreams(); len(got) != 1 || got[0] != "http://localhost:"+port {
+		t.Fatalf("upstreams %v, want localhost's", got)
+	}
+	bare, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("net/http: %v", err)
+	}
+	bare.Body.Close()
 }

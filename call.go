@@ -93,7 +93,9 @@ func newCall(t *Transport, req *http.Request) *call {
 	oa := &outcomeAndAttempt{Outcome: outcome.Outcome{Upstream: key, Method: req.Method}}
 	oa.Attempts = oa.first[:0]
 	c.out = &oa.Outcome
-	c.budget = t.budget(key)
+	if c.err == nil { // a call refused before its upstream exists keeps nothing for it
+		c.budget = t.budget(key)
+	}
 	c.idempotent = retry.Idempotent(req.Method)
 	c.out.IdempotencyKey = req.Header.Get("Idempotency-Key")
 	c.hasKey = c.out.IdempotencyKey != ""

@@ -298,12 +298,38 @@ func TestTheDefaultUpstreamKeyIsCanonical(t *testing.T) {
 		"http://[fe80::1%25eth0]:7/":       "http://[fe80::1%eth0]:7",
 		"http://xn--bcher-kva.example/":    "http://xn--bcher-kva.example:80",
 		"http://user:pass@example.com/x?q": "http://example.com:80",
+		// Regression: an IPv4-mapped IPv6 address is the IPv4 host; a zone
+		// means nothing on loopback; IDNA as net/http dials (a full-width
+		// "localhost" is localhost).
+		"http://[::ffff:127.0.0.1]:8080/": "http://127.0.0.1:8080",
+		"http://[::1%25lo]/":              "http://[::1]:80",
+		"http://[::1%251]/":               "http://[::1]:80",
+		"http://ｌｏｃａｌｈｏｓｔ/":               "http://localhost:80",
+		"http://Bücher.example/":          "http://xn--bcher-kva.example:80",
 	} {
 		req, err := http.NewRequest(http.MethodGet, url, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := attempt.DefaultUpstreamKey(req); got != want {
+			t.Errorf("%s: %s, want %s", url, got, want)
+		}
+	}
+}
+
+// A link-local address's zone names the interface: by index or by name,
+// one upstream.
+func TestALinkLocalZoneIsOneUpstreamByIndexOrName(t *testing.T) {
+	ifc, err := net.InterfaceByIndex(1)
+	if err != nil {
+		t.Skipf("no interface of index 1 on this machine: %v", err)
+	}
+	for _, url := range []string{"http://[fe80::1%251]:7/", "http://[fe80::1%25" + ifc.Name + "]:7/"} {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := attempt.DefaultUpstreamKey(req), "http://[fe80::1%"+ifc.Name+"]:7"; got != want {
 			t.Errorf("%s: %s, want %s", url, got, want)
 		}
 	}

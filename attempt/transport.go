@@ -406,6 +406,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
 			Evidence: classify.EvidenceLocalGuard, Err: err}
 	}
+	// The upstream is kept while the permit is held: its resolution must
+	// reach this breaker, not a forgotten one.
+	up := r.up
+	up.held.Add(1)
 	// The breaker times the attempt from its admission: a wait in a local
 	// guard (a bulkhead's queue, a shared rate guard's round trip) is not
 	// the upstream being slow.
@@ -442,6 +446,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 			}
 			t.resolveFailed(&pm, ce, start)
 		}
+		up.held.Add(-1)
 		return nil, ce
 	}
 
@@ -493,6 +498,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		} else {
 			t.resolveFailed(&pm, ce, start)
 		}
+		up.held.Add(-1)
 		if c.cc.Err() != nil {
 			p.retire(c)
 		}
@@ -509,9 +515,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	failed := t.isFailure(resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
 		finish(&pm, failed, declined(resp), elapsed)
+		up.held.Add(-1)
 		return resp, nil
 	}
-	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, t: t}
+	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, t: t, up: up}
 	if ctx.Done() != nil {
 		// The exchange ends with the attempt's context, whether or not the
 		// caller ever closes the body: the permit comes back then. (The
@@ -626,6 +633,7 @@ type body struct {
 	elapsed  time.Duration
 	stop     func() bool // stops the context.AfterFunc, if one was set
 	t        *Attempter  // its BreakerRecords, and whether it was closed
+	up       *upstream   // whose permit it holds
 
 	// closing is set before the caller's Close closes rc: a Read that
 	// fails from then on fails because of it, not because of the upstream.
@@ -705,6 +713,7 @@ func (b *body) end(failed, release bool) {
 	if b.stop != nil {
 		b.stop()
 	}
+	defer b.up.held.Add(-1)
 	if release {
 		b.pm.Release()
 		return

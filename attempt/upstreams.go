@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
@@ -58,7 +61,8 @@ type upstream struct {
 	key       string
 	pipeline  *admission.Pipeline
 	used      epochMark
-	forgotten bool // guarded by Attempter.mu
+	held      atomic.Int64 // admission permits not yet resolved: attempts in flight, bodies open
+	forgotten bool         // guarded by Attempter.mu
 }
 
 // epochMark is the sweep in which an entry was last used.
@@ -121,11 +125,38 @@ func address(req *http.Request) string {
 	return net.JoinHostPort(canonicalHost(host), port)
 }
 
+// canonicalHost returns one spelling of the host h: an IP address in its
+// canonical form — an IPv4-mapped IPv6 address as the IPv4 address it is; a
+// zone only where it means something (a link-local address), by interface
+// name rather than index — and a name in lower case, without a trailing dot,
+// in ASCII (IDNA, as net/http dials it).
 func canonicalHost(h string) string {
 	if ip, err := netip.ParseAddr(h); err == nil {
-		return ip.String() // every IPv6 spelling as one, zone kept
+		ip = ip.Unmap()
+		if z := ip.Zone(); z != "" {
+			switch {
+			case !ip.IsLinkLocalUnicast() && !ip.IsLinkLocalMulticast() && !ip.IsInterfaceLocalMulticast():
+				ip = ip.WithZone("")
+			default:
+				if n, err := strconv.Atoi(z); err == nil {
+					if ifc, err := net.InterfaceByIndex(n); err == nil {
+						ip = ip.WithZone(ifc.Name)
+					}
+				}
+			}
+		}
+		return ip.String()
 	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if h[i] >= utf8.RuneSelf {
+			if a, err := idna.Lookup.ToASCII(h); err == nil {
+				h = a
+			}
+			break
+		}
+	}
+	return strings.ToLower(h)
 }
 
 // UpstreamKey returns the key of the upstream req is admitted against.
@@ -291,10 +322,21 @@ func (t *Attempter) armSweeperLocked() {
 }
 
 // forgettable reports whether u holds nothing worth keeping (see the
-// comment at the top of this file).
-func (t *Attempter) forgettable(u *upstream) bool {
+// comment at the top of this file): no permit held, every rate token back,
+// the breaker in its start state — and, when room is to be made for another
+// upstream (busy), the breaker's window without failures or slow calls: an
+// upstream in use is not forgotten to make room, whereas outcomes older than
+// the idle time are no longer recent.
+func (t *Attempter) forgettable(u *upstream, busy bool) bool {
 	p := u.pipeline
-	return p.Breaker().State() == t.admission.Circuit.StartState && p.Bulkhead().InUse() == 0 && p.Limiter().Full()
+	if u.held.Load() != 0 || p.Breaker().State() != t.admission.Circuit.StartState || !p.Limiter().Full() {
+		return false
+	}
+	if busy {
+		m := p.Breaker().Metrics()
+		return m.Failed == 0 && m.Slow == 0
+	}
+	return true
 }
 
 // sweep forgets what has been idle for the idle time, and arms itself again
@@ -304,7 +346,7 @@ func (t *Attempter) sweep() {
 	t.mu.Lock()
 	var forgotten []string
 	for key, u := range t.upstreams {
-		if u.used.idleSince(epoch) && t.forgettable(u) {
+		if u.used.idleSince(epoch) && t.forgettable(u, false) {
 			t.forgetLocked(u)
 			forgotten = append(forgotten, key)
 		}
@@ -335,7 +377,7 @@ func (t *Attempter) sweep() {
 func (t *Attempter) makeRoomLocked() bool {
 	var candidates []*upstream
 	for _, u := range t.upstreams {
-		if t.forgettable(u) {
+		if t.forgettable(u, true) {
 			candidates = append(candidates, u)
 		}
 	}
