@@ -93,8 +93,10 @@ func newCall(t *Transport, req *http.Request) *call {
 	oa := &outcomeAndAttempt{Outcome: outcome.Outcome{Upstream: key, Method: req.Method}}
 	oa.Attempts = oa.first[:0]
 	c.out = &oa.Outcome
-	if c.err == nil { // a call refused before its upstream exists keeps nothing for it
-		c.budget = t.budget(key)
+	var us *upstreamState // nil for a call refused before its upstream exists: it keeps nothing for it
+	if c.err == nil {
+		us = c.route.State().(*upstreamState)
+		c.budget = us.budget
 	}
 	c.idempotent = retry.Idempotent(req.Method)
 	c.out.IdempotencyKey = req.Header.Get("Idempotency-Key")
@@ -120,7 +122,7 @@ func newCall(t *Transport, req *http.Request) *call {
 	if h := c.hedging; h != nil && c.route != nil {
 		c.hedgeable = c.replayable && (c.idempotent || h.Keyed && c.hasKey)
 		if h.Delay == 0 && c.hedgeable {
-			c.lat = t.latencyOf(key)
+			c.lat = us.latencies()
 		}
 	}
 	return c

@@ -11,9 +11,9 @@ func AttemptsOf(t *Transport) *attempt.Attempter { return t.attempts }
 // BudgetOf returns the live retry budget of the upstream named key, for
 // the tests that drain it.
 func BudgetOf(t *Transport, key string) (*retry.Budget, bool) {
-	b, ok := t.budgets.Load(key)
+	s, ok := t.attempts.State(key)
 	if !ok {
 		return nil, false
 	}
-	return b.(*retry.Budget), true
+	return s.(*upstreamState).budget, true
 }

@@ -48,6 +48,16 @@ func budgetOf(t *testing.T, c *outbound.Transport, key string) *retry.Budget {
 }
 
 // breakerPipeline returns the admission pipeline kept for s's upstream.
+// budgetTokens returns the tokens of the retry budget of the upstream named
+// key: a full budget (the default 10) if its state is not kept — a clean
+// upstream is forgotten with its last connection, and starts afresh.
+func budgetTokens(c *outbound.Transport, key string) float64 {
+	if b, ok := outbound.BudgetOf(c, key); ok {
+		return b.Tokens()
+	}
+	return 10
+}
+
 func breakerPipeline(t *testing.T, c *outbound.Transport, s *outboundtest.Server) *admission.Pipeline {
 	t.Helper()
 	p, ok := outbound.AttemptsOf(c).Pipeline(s.URL)
@@ -285,8 +295,12 @@ func TestClosingABodyDuringAReadIsNeverAnUpstreamFailure(t *testing.T) {
 				resp.Body.Close()
 				<-done
 			}
-			if n, m := ev.Count("circuit-exit(failure)"), breakerOf(t, c, s); n != 0 || m.Failed != 0 || m.State != circuit.Closed {
-				t.Fatalf("%d breaker failures, breaker %+v", n, m)
+			if n := ev.Count("circuit-exit(failure)"); n != 0 {
+				t.Fatalf("%d breaker failures", n)
+			}
+			// Kept or forgotten with its last connection, clean.
+			if m, ok := c.Breakers()[s.URL]; ok && (m.Failed != 0 || m.State != circuit.Closed) {
+				t.Fatalf("breaker %+v", m)
 			}
 		})
 	}
@@ -825,11 +839,11 @@ func TestACallWhoseBodyFailsEndsWithTheCallersErrorAndBlamesNoUpstream(t *testin
 					t.Fatalf("err %v: %v", err, out)
 				}
 			}
-			if tokens := budgetOf(t, c, s.URL).Tokens(); tokens != 10 {
+			if tokens := budgetTokens(c, s.URL); tokens != 10 {
 				t.Fatalf("budget: %v tokens left", tokens)
 			}
-			if n, m := ev.Count("circuit-exit(failure)"), breakerOf(t, c, s); n != 0 || m.Calls != 0 {
-				t.Fatalf("%d breaker failures, breaker %+v", n, m)
+			if n := ev.Count("circuit-exit(failure)") + ev.Count("circuit-exit(success)"); n != 0 {
+				t.Fatalf("the breaker recorded %d of them", n)
 			}
 		})
 	}

@@ -218,11 +218,12 @@ func (l *latency) quantile(q float64) (time.Duration, bool) {
 	return time.Duration(math.Exp2(latencyBuckets/latencyPerDoubling) * float64(time.Microsecond)), true
 }
 
-// latencyOf returns the latency estimate of the upstream named key.
-func (t *Transport) latencyOf(key string) *latency {
-	if l, ok := t.latencies.Load(key); ok {
-		return l.(*latency)
+// latencies returns the latency estimate of the upstream s belongs to,
+// made at its first use: most upstreams are never hedged adaptively.
+func (s *upstreamState) latencies() *latency {
+	if l := s.lat.Load(); l != nil {
+		return l
 	}
-	actual, _ := t.latencies.LoadOrStore(key, &latency{})
-	return actual.(*latency)
+	s.lat.CompareAndSwap(nil, &latency{})
+	return s.lat.Load()
 }

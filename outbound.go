@@ -18,7 +18,7 @@ package outbound
 import (
 	"errors"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound/admission"
@@ -233,9 +233,15 @@ type Transport struct {
 
 	openOnRetryAfter func(int) bool
 	hedging          *Hedging
+}
 
-	budgets   sync.Map // upstream key -> *retry.Budget
-	latencies sync.Map // upstream key -> *latency, for adaptive hedging
+// upstreamState is what the Transport keeps per upstream beside the attempt
+// layer's guards and connections, in the same place and for as long
+// (attempt.Config.UpstreamState): the retry budget, and the latencies that
+// adaptive hedging learns from.
+type upstreamState struct {
+	budget *retry.Budget
+	lat    atomic.Pointer[latency]
 }
 
 // New validates cfg and returns a Transport. Errors name the offending field.
@@ -249,21 +255,32 @@ func New(cfg Config) (*Transport, error) {
 			g(e)
 		}
 	}
-	t := &Transport{}
-	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
-		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
-		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: t.forget,
-		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream})
-	if err != nil {
-		return nil, cfgerr.In("outbound", "", err)
-	}
 	if err := validate(&cfg); err != nil {
 		return nil, err
 	}
 	if _, err := retry.NewBudget(cfg.Budget); err != nil {
 		return nil, cfgerr.In("outbound", "Budget", err)
 	}
-	*t = Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
+	budget := cfg.Budget
+	var forgotten func(string)
+	if f := cfg.Hooks.UpstreamForgotten; f != nil {
+		forgotten = func(key string) {
+			defer func() { _ = recover() }()
+			f(key)
+		}
+	}
+	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
+		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
+		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: forgotten,
+		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
+		UpstreamState: func(string) any {
+			b, _ := retry.NewBudget(budget) // validated above
+			return &upstreamState{budget: b}
+		}})
+	if err != nil {
+		return nil, cfgerr.In("outbound", "", err)
+	}
+	t := &Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
 		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks,
 		openOnRetryAfter: cfg.OpenOnRetryAfter}
@@ -332,8 +349,8 @@ func (t *Transport) Upstream(key string) (UpstreamState, bool) {
 	if l := p.Limiter(); l != nil {
 		s.RateTokens = l.Available()
 	}
-	if b, ok := t.budgets.Load(key); ok {
-		s.BudgetTokens = b.(*retry.Budget).Tokens()
+	if st, ok := t.attempts.State(key); ok {
+		s.BudgetTokens = st.(*upstreamState).budget.Tokens()
 	}
 	return s, true
 }
@@ -344,28 +361,6 @@ func (t *Transport) Upstreams() []string { return t.attempts.Upstreams() }
 // UpstreamKey returns the key of the upstream req goes to
 // (Config.UpstreamKey, or scheme://host:port).
 func (t *Transport) UpstreamKey(req *http.Request) string { return t.attempts.UpstreamKey(req) }
-
-// budget returns the retry budget of the upstream named key, creating it if
-// needed.
-func (t *Transport) budget(key string) *retry.Budget {
-	if b, ok := t.budgets.Load(key); ok {
-		return b.(*retry.Budget)
-	}
-	b, _ := retry.NewBudget(t.budgetCfg) // validated in New
-	actual, _ := t.budgets.LoadOrStore(key, b)
-	return actual.(*retry.Budget)
-}
-
-// forget drops the retry budget of an upstream whose state the attempt
-// layer forgot, and tells the hooks.
-func (t *Transport) forget(key string) {
-	t.budgets.Delete(key)
-	t.latencies.Delete(key)
-	if f := t.hooks.UpstreamForgotten; f != nil {
-		defer func() { _ = recover() }()
-		f(key)
-	}
-}
 
 // CloseIdleConnections closes the connections that carry no request.
 func (t *Transport) CloseIdleConnections() { t.attempts.CloseIdleConnections() }

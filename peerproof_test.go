@@ -145,7 +145,7 @@ func TestAPeerThatRefusesEveryStreamOnEveryFreshConnectionEndsTheCallAfterABound
 	if n := ev.Count("circuit-exit(failure)"); n != 0 {
 		t.Fatalf("the breaker recorded %d failures", n)
 	}
-	if tokens := budgetOf(t, c, out.Upstream).Tokens(); tokens != 10 {
+	if tokens := budgetTokens(c, out.Upstream); tokens != 10 {
 		t.Fatalf("budget: %v tokens, want 10", tokens)
 	}
 }

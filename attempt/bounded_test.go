@@ -212,8 +212,8 @@ func TestAnUpstreamHoldingAPermitOrOwingTokensIsNotForgotten(t *testing.T) {
 }
 
 // MaxUpstreams caps the upstreams kept: a new one forgets the least recently
-// used of those that hold nothing, and is refused when every one holds
-// something (here, an OPEN breaker).
+// used of those that hold nothing — closing its idle connection —, and is
+// refused when every one holds something (here, an OPEN breaker).
 func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
@@ -223,6 +223,9 @@ func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 			Admission:    admission.Config{Circuit: circuit.Config{WindowSize: 1, MinimumCalls: 1}},
 			MaxUpstreams: 3,
 			OnForget:     f.on,
+			// Connections kept: an upstream whose last connection closes,
+			// holding nothing, is forgotten with it.
+			IdleConnTimeout: time.Hour,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -234,7 +237,6 @@ func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 			}
 			time.Sleep(2 * time.Minute) // a sweep between them: a is the least recently used
 		}
-		tr.CloseIdleConnections()
 		if err := tryGet(tr, "http://d.test/"); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +245,7 @@ func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 			t.Fatalf("kept %v, forgotten %v", got, f.got())
 		}
 
-		tr.CloseIdleConnections()
+		tr.CloseIdleConnections() // the next calls dial, and fail
 		u.down.Store(true)
 		for _, h := range []string{"b", "c", "d"} { // every breaker OPEN
 			_ = tryGet(tr, "http://"+h+".test/")

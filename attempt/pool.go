@@ -28,7 +28,8 @@ import (
 // and IdleConnTimeout.
 type pool struct {
 	t      *Attempter
-	key    string // in t.pools
+	up     *upstream // its owner
+	key    string    // among its owner's pools: scheme://addr, and the proxy
 	scheme string
 	addr   string
 	proxy  *url.URL // the proxy every connection of the pool goes through, or nil
@@ -44,7 +45,7 @@ type pool struct {
 	h2        bool            // the upstream answered over HTTP/2: share one connection
 	dialing   chan struct{}   // closed when the HTTP/2 dial in progress ends
 	closed    bool
-	forgotten bool // no longer in t.pools: attempts find a new pool for the address
+	forgotten bool // no longer its upstream's: attempts find a new pool for the address
 
 	// streamLimits are the numbers of streams the upstream accepted on
 	// its last HTTP/2 connections that ended with a GOAWAY leaving
@@ -684,9 +685,13 @@ func (p *pool) retire(c *conn) {
 		c.inReady = false
 	}
 	wasIdle := p.busyLocked(c)
+	empty := len(p.conns) == 0 && p.dials == 0 && len(p.waiters) == 0 && !p.closed && !p.forgotten
 	p.mu.Unlock()
 	if wasIdle {
 		p.t.idle.remove(c)
+	}
+	if empty {
+		p.t.lastConnGone(p)
 	}
 	c.stopIdle()
 	if c.cc.Err() == nil && c.cc.InFlight() == 0 {
@@ -713,6 +718,49 @@ func (p *pool) closeIdle() {
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
+	conns := p.conns
+	p.conns, p.ready = nil, nil
+	p.wakeLocked()
+	p.mu.Unlock()
+	for _, c := range conns {
+		p.t.idle.remove(c)
+		c.stopIdle()
+		c.cc.Close()
+	}
+}
+
+// busy reports whether anything is in flight on p's connections, or a dial
+// is in progress, or an attempt waits for one.
+func (p *pool) busy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dials > 0 || len(p.waiters) > 0 || p.dialing != nil {
+		return true
+	}
+	for _, c := range p.conns {
+		if !c.isIdle {
+			return true
+		}
+	}
+	return false
+}
+
+// remembers reports whether p has seen something of its upstream's
+// connections that keeps its upstream until the idle time: how many streams
+// one took before a GOAWAY, or how long one idled before the upstream
+// closed it — a limit is believed on the second alike (streamLimit,
+// idleLimit), so the first must not be forgotten with the connection.
+func (p *pool) remembers() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.streamLimits != [4]int32{} || p.idleCloses != [4]time.Duration{}
+}
+
+// closeAndForget takes p out of use and closes its connections, idle ones:
+// see Attempter.makeRoomLocked, whose caller calls it outside its lock.
+func (p *pool) closeAndForget() {
+	p.mu.Lock()
+	p.forgotten = true
 	conns := p.conns
 	p.conns, p.ready = nil, nil
 	p.wakeLocked()

@@ -67,7 +67,9 @@ func TestAClosedConnectionIsUnreachable(t *testing.T) {
 				close(start)
 				wg.Wait()
 				synctest.Wait()
-				p := tr.pools["http://upstream.test:80"]
+				tr.mu.RLock()
+				p := tr.upstreams["http://upstream.test:80"].pools[0]
+				tr.mu.RUnlock()
 				p.mu.Lock()
 				conns := make([]weak.Pointer[conn], len(p.conns))
 				clientConns := make([]weak.Pointer[http.ClientConn], len(p.conns))

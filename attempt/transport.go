@@ -121,9 +121,16 @@ type Config struct {
 	// means no cap.
 	MaxUpstreams int
 
+	// UpstreamState, if set, makes the state that the layer above keeps
+	// per upstream (a retry budget, latencies): it is called once, when the
+	// upstream's state is made — under the Attempter's lock, so it must not
+	// call the Attempter — and what it returns lives and is forgotten with
+	// the upstream (Route.State, Attempter.State).
+	UpstreamState func(key string) any
+
 	// OnForget, if set, is called with the key of each upstream whose
-	// state is forgotten, outside every lock, so that state kept elsewhere
-	// per upstream (a retry budget, metrics) can be forgotten with it.
+	// state is forgotten, outside every lock, so that an observer can
+	// forget what it keeps per upstream (metrics' attribute sets).
 	OnForget func(key string)
 
 	// BreakerRecords says which failed attempts the breaker records as
@@ -196,12 +203,13 @@ type Attempter struct {
 
 	mu        sync.RWMutex
 	upstreams map[string]*upstream
-	pools     map[string]*pool
 	routes    map[hostKey]*Route // with the default key: per scheme, URL host and proxy
 	closed    atomic.Bool        // by Close; read without the lock by attempts in flight
 	sweeper   *time.Timer        // armed while anything is kept
 	toNotify  []string           // forgotten keys for OnForget, told outside the lock
-	peaks     [3]int             // the most entries upstreams, pools and routes held since they were made
+	toClose   []*pool            // pools of upstreams forgotten to make room, closed outside the lock
+	peaks     [2]int             // the most entries upstreams and routes held since they were made
+	newState  func(string) any   // Config.UpstreamState
 }
 
 // New validates cfg and returns an Attempter. Errors name the offending field.
@@ -276,7 +284,7 @@ func New(cfg Config) (*Attempter, error) {
 		upstreams:       map[string]*upstream{},
 		routes:          map[hostKey]*Route{},
 		customKey:       cfg.UpstreamKey != nil,
-		pools:           map[string]*pool{},
+		newState:        cfg.UpstreamState,
 	}
 	if base.DisableKeepAlives || base.MaxIdleConnsPerHost < 0 {
 		t.maxIdlePerHost = 0 // no idle connection is kept

@@ -60,9 +60,11 @@ const (
 type upstream struct {
 	key       string
 	pipeline  *admission.Pipeline
+	state     any // Config.UpstreamState's
 	used      epochMark
 	held      atomic.Int64 // admission permits not yet resolved: attempts in flight, bodies open
-	forgotten bool         // guarded by Attempter.mu
+	forgotten atomic.Bool  // written under Attempter.mu
+	pools     []*pool      // per address and proxy; guarded by Attempter.mu
 }
 
 // epochMark is the sweep in which an entry was last used.
@@ -98,6 +100,10 @@ func (r *Route) Key() string { return r.key }
 
 // Pipeline returns the route's admission pipeline.
 func (r *Route) Pipeline() *admission.Pipeline { return r.up.pipeline }
+
+// State returns what Config.UpstreamState made for the route's upstream, or
+// nil.
+func (r *Route) State() any { return r.up.state }
 
 // DefaultUpstreamKey returns "scheme://host:port" of the request's URL, in
 // one spelling per host: the host in lower case without a trailing dot, an
@@ -198,15 +204,18 @@ func (t *Attempter) Route(req *http.Request) (*Route, error) {
 	u, err := t.upstreamLocked(key)
 	var r *Route
 	if err == nil {
-		r = &Route{key: key, up: u, pool: t.poolLocked(req.URL.Scheme, address(req), proxy, hk.proxy)}
+		r = &Route{key: key, up: u, pool: t.poolLocked(u, req.URL.Scheme, address(req), proxy, hk.proxy)}
 		if !t.customKey {
 			t.routes[hk] = r
-			t.peaks[2] = max(t.peaks[2], len(t.routes))
+			t.peaks[1] = max(t.peaks[1], len(t.routes))
 		}
 	}
-	forgotten := t.toNotify
-	t.toNotify = nil
+	forgotten, toClose := t.toNotify, t.toClose
+	t.toNotify, t.toClose = nil, nil
 	t.mu.Unlock()
+	for _, p := range toClose {
+		p.closeAndForget()
+	}
 	t.notifyForgotten(forgotten)
 	return r, err
 }
@@ -218,6 +227,17 @@ func errUnsupportedURL(req *http.Request) error {
 		return errors.New("outbound: request has no URL")
 	}
 	return fmt.Errorf("outbound: unsupported request URL: scheme %q, host %q (want http or https, and a host)", req.URL.Scheme, req.URL.Host)
+}
+
+// State returns what Config.UpstreamState made for the upstream named key,
+// and whether the Attempter keeps the upstream. Looking does not create it.
+func (t *Attempter) State(key string) (any, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if u := t.upstreams[key]; u != nil {
+		return u.state, true
+	}
+	return nil, false
 }
 
 // Pipeline returns the admission pipeline of the upstream named key, and
@@ -273,6 +293,9 @@ func (t *Attempter) upstreamLocked(key string) (*upstream, error) {
 	cfg.Upstream = key
 	p, _ := admission.New(cfg) // validated in New
 	u := &upstream{key: key, pipeline: p}
+	if t.newState != nil {
+		u.state = t.newState(key)
+	}
 	u.used.Store(t.epoch.Load())
 	t.upstreams[key] = u
 	t.peaks[0] = max(t.peaks[0], len(t.upstreams))
@@ -280,37 +303,57 @@ func (t *Attempter) upstreamLocked(key string) (*upstream, error) {
 	return u, nil
 }
 
-// poolLocked returns the pool for scheme, addr and proxy, creating it if
+// poolLocked returns u's pool for scheme, addr and proxy, creating it if
 // needed; t.mu must be held for writing.
-func (t *Attempter) poolLocked(scheme, addr string, proxy *url.URL, proxyKey string) *pool {
+func (t *Attempter) poolLocked(u *upstream, scheme, addr string, proxy *url.URL, proxyKey string) *pool {
 	k := scheme + "://" + addr
 	if proxyKey != "" {
 		k += " via " + proxyKey
 	}
-	if p := t.pools[k]; p != nil {
-		return p
+	for _, p := range u.pools {
+		if p.key == k {
+			return p
+		}
 	}
-	p := &pool{t: t, key: k, scheme: scheme, addr: addr, proxy: proxy}
+	p := &pool{t: t, up: u, key: k, scheme: scheme, addr: addr, proxy: proxy}
 	p.used.Store(t.epoch.Load())
-	t.pools[k] = p
-	t.peaks[1] = max(t.peaks[1], len(t.pools))
+	u.pools = append(u.pools, p)
 	t.armSweeperLocked()
 	return p
 }
 
 // renewPool returns the pool that replaces p, forgotten while an attempt
-// still held a route to it.
+// still held a route to it: the upstream's new one, the upstream being kept
+// again if it was forgotten meanwhile (the attempt holds its permit) and no
+// other has taken its key.
 func (t *Attempter) renewPool(p *pool) (*pool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed.Load() {
 		return nil, errPoolClosed
 	}
+	u := p.up
+	if u.forgotten.Load() {
+		if cur := t.upstreams[u.key]; cur != nil {
+			u = cur
+		} else {
+			t.adoptLocked(u)
+		}
+	}
 	proxyKey := ""
 	if p.proxy != nil {
 		proxyKey = p.proxy.String()
 	}
-	return t.poolLocked(p.scheme, p.addr, p.proxy, proxyKey), nil
+	return t.poolLocked(u, p.scheme, p.addr, p.proxy, proxyKey), nil
+}
+
+// adoptLocked keeps u again, forgotten while a permit of it was being
+// taken; t.mu must be held for writing.
+func (t *Attempter) adoptLocked(u *upstream) {
+	u.forgotten.Store(false)
+	u.pools = nil // its pools were forgotten with it
+	t.upstreams[u.key] = u
+	t.armSweeperLocked()
 }
 
 // armSweeperLocked arms the sweeper if it is not armed; t.mu must be held
@@ -324,9 +367,9 @@ func (t *Attempter) armSweeperLocked() {
 // forgettable reports whether u holds nothing worth keeping (see the
 // comment at the top of this file): no permit held, every rate token back,
 // the breaker in its start state — and, when room is to be made for another
-// upstream (busy), the breaker's window without failures or slow calls: an
-// upstream in use is not forgotten to make room, whereas outcomes older than
-// the idle time are no longer recent.
+// upstream or its last connection has gone (busy), the breaker's window
+// without failures or slow calls: an upstream in use is not forgotten to
+// make room, whereas outcomes older than the idle time are no longer recent.
 func (t *Attempter) forgettable(u *upstream, busy bool) bool {
 	p := u.pipeline
 	if u.held.Load() != 0 || p.Breaker().State() != t.admission.Circuit.StartState || !p.Limiter().Full() {
@@ -346,38 +389,63 @@ func (t *Attempter) sweep() {
 	t.mu.Lock()
 	var forgotten []string
 	for key, u := range t.upstreams {
-		if u.used.idleSince(epoch) && t.forgettable(u, false) {
+		kept := u.pools[:0]
+		for _, p := range u.pools {
+			if !p.used.idleSince(epoch) || !p.forget() {
+				kept = append(kept, p)
+			}
+		}
+		clear(u.pools[len(kept):])
+		u.pools = kept
+		if len(u.pools) == 0 && u.used.idleSince(epoch) && t.forgettable(u, false) {
 			t.forgetLocked(u)
 			forgotten = append(forgotten, key)
 		}
 	}
-	pools := 0
-	for key, p := range t.pools {
-		if p.used.idleSince(epoch) && p.forget() {
-			delete(t.pools, key)
-			pools++
-		}
-	}
-	if len(forgotten) > 0 || pools > 0 {
-		t.dropRoutesLocked()
-		t.shrinkLocked()
-	}
+	t.dropRoutesLocked()
+	t.shrinkLocked()
 	t.sweeper = nil
-	if len(t.upstreams) > 0 || len(t.pools) > 0 {
+	if len(t.upstreams) > 0 {
 		t.armSweeperLocked()
 	}
 	t.mu.Unlock()
 	t.notifyForgotten(forgotten)
 }
 
+// lastConnGone is told by p that its last connection is gone: an upstream
+// that then holds nothing, whose breaker is clean and that has learned
+// nothing worth remembering about its connections (pool.remembers), is
+// forgotten at once, with its pools — an upstream called once costs nothing
+// once its connection has closed — rather than after the idle time.
+func (t *Attempter) lastConnGone(p *pool) {
+	t.mu.Lock()
+	u := p.up
+	if t.closed.Load() || u.forgotten.Load() || t.upstreams[u.key] != u || !t.forgettable(u, true) {
+		t.mu.Unlock()
+		return
+	}
+	for _, q := range u.pools {
+		if q.remembers() || !q.forget() {
+			t.mu.Unlock()
+			return
+		}
+	}
+	t.forgetLocked(u)
+	t.dropRoutesLocked()
+	t.shrinkLocked()
+	t.mu.Unlock()
+	t.notifyForgotten([]string{u.key})
+}
+
 // makeRoomLocked forgets, to make room for a new upstream, the least
 // recently used sixteenth of MaxUpstreams (at least one) among the upstreams
-// that hold nothing, whatever their idle time; it reports whether it forgot
-// any. t.mu must be held for writing.
+// that hold nothing and are in no use (forgettable, and nothing in flight on
+// their connections), whatever their idle time — their idle connections are
+// closed; it reports whether it forgot any. t.mu must be held for writing.
 func (t *Attempter) makeRoomLocked() bool {
 	var candidates []*upstream
 	for _, u := range t.upstreams {
-		if t.forgettable(u, true) {
+		if t.forgettable(u, true) && !slices.ContainsFunc(u.pools, (*pool).busy) {
 			candidates = append(candidates, u)
 		}
 	}
@@ -391,6 +459,7 @@ func (t *Attempter) makeRoomLocked() bool {
 	n := min(len(candidates), max(t.maxUpstreams/16, 1))
 	keys := make([]string, 0, n)
 	for _, u := range candidates[:n] {
+		t.toClose = append(t.toClose, u.pools...) // closed outside the lock, by the caller
 		t.forgetLocked(u)
 		keys = append(keys, u.key)
 	}
@@ -405,8 +474,7 @@ func (t *Attempter) makeRoomLocked() bool {
 // for writing.
 func (t *Attempter) shrinkLocked() {
 	t.upstreams = shrunk(t.upstreams, &t.peaks[0])
-	t.pools = shrunk(t.pools, &t.peaks[1])
-	t.routes = shrunk(t.routes, &t.peaks[2])
+	t.routes = shrunk(t.routes, &t.peaks[1])
 }
 
 // shrunk returns m, or a copy of it if it shrank to a quarter of *peak, the
@@ -422,10 +490,12 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	return n
 }
 
-// forgetLocked forgets u; t.mu must be held for writing.
+// forgetLocked forgets u and its pools (forgotten, or closed, by the
+// caller); t.mu must be held for writing.
 func (t *Attempter) forgetLocked(u *upstream) {
 	delete(t.upstreams, u.key)
-	u.forgotten = true
+	u.forgotten.Store(true)
+	u.pools = nil
 }
 
 // dropRoutesLocked drops the routes to forgotten upstreams or pools; t.mu
@@ -435,7 +505,7 @@ func (t *Attempter) dropRoutesLocked() {
 		r.pool.mu.Lock()
 		gone := r.pool.forgotten
 		r.pool.mu.Unlock()
-		if gone || r.up.forgotten {
+		if gone || r.up.forgotten.Load() {
 			delete(t.routes, hk)
 		}
 	}
@@ -479,9 +549,9 @@ func (t *Attempter) Close() {
 func (t *Attempter) allPools() []*pool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	ps := make([]*pool, 0, len(t.pools))
-	for _, p := range t.pools {
-		ps = append(ps, p)
+	var ps []*pool
+	for _, u := range t.upstreams {
+		ps = append(ps, u.pools...)
 	}
 	return ps
 }

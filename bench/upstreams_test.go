@@ -62,21 +62,35 @@ func TestManyUpstreams(t *testing.T) {
 		"B/UP AFTER", "CONNS AFTER", "GOROUT +", "FDS +", "B/UP IDLE", "GOROUT +", "FDS +")
 	for _, n := range scales {
 		for _, live := range []bool{true, false} {
-			var bare, ob usage
-			for _, side := range []string{"net/http", "outbound"} {
+			var bare, ob, obDefault usage
+			sides := []string{"net/http", "outbound"}
+			if live {
+				// With the default UpstreamIdleTime (5 minutes): an upstream
+				// called once is forgotten with its last connection, not
+				// after the idle time.
+				sides = append(sides, "outbound5m")
+			}
+			for _, side := range sides {
 				u := measureUpstreams(t, side, srv.Listener.Addr().String(), n, live)
 				state := map[bool]string{true: "live", false: "dead"}[live]
 				fmt.Fprintf(&report, "%-6d %-5s %-9s %14.0f %12d %10d %8d %14.0f %10d %8d\n", n, state, side,
 					u.afterBytes, u.afterConns, u.afterGoroutines, u.afterFDs, u.idleBytes, u.idleGoroutines, u.idleFDs)
-				if side == "net/http" {
+				switch side {
+				case "net/http":
 					bare = u
-				} else {
+				case "outbound":
 					ob = u
+				default:
+					obDefault = u
 				}
 			}
 			name := fmt.Sprintf("%d %s", n, map[bool]string{true: "live", false: "dead"}[live])
 			if ob.idleBytes > bare.idleBytes+256 || ob.idleBytes > 1024 {
 				t.Errorf("%s: outbound holds %.0f B per idle upstream, net/http %.0f B", name, ob.idleBytes, bare.idleBytes)
+			}
+			if live && obDefault.idleBytes > bare.idleBytes+256 {
+				t.Errorf("%s: with the default UpstreamIdleTime, outbound holds %.0f B per upstream once its connection closed, net/http %.0f B",
+					name, obDefault.idleBytes, bare.idleBytes)
 			}
 			if ob.idleGoroutines > 2 || ob.idleFDs > 2 {
 				t.Errorf("%s: after the idle time outbound holds %d goroutines and %d descriptors more than at the start", name, ob.idleGoroutines, ob.idleFDs)
@@ -115,11 +129,15 @@ func measureUpstreams(t *testing.T, side, addr string, n int, live bool) usage {
 	tr.DialContext, tr.IdleConnTimeout = dial, idleTime
 	var rt http.RoundTripper = tr
 	var closeAll func()
-	if side == "outbound" {
+	if side != "net/http" {
 		// A tiny backoff: a dead upstream's call makes its three attempts
 		// without waiting; the test measures memory, not retries.
-		o, err := outbound.New(outbound.Config{Transport: tr, UpstreamIdleTime: idleTime,
-			Backoff: retry.Backoff{Initial: time.Microsecond, Max: time.Microsecond}})
+		cfg := outbound.Config{Transport: tr, UpstreamIdleTime: idleTime,
+			Backoff: retry.Backoff{Initial: time.Microsecond, Max: time.Microsecond}}
+		if side == "outbound5m" {
+			cfg.UpstreamIdleTime = 0 // the default
+		}
+		o, err := outbound.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
