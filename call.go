@@ -1,14 +1,11 @@
 package outbound
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound/admission"
@@ -19,14 +16,6 @@ import (
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
-
-// holdLimit bounds the body of an answer that is to be retried: it is read
-// into memory (which also frees its connection for reuse) and kept until the
-// retry is certain, so that a retry that cannot happen after all — the
-// context ends during the wait, GetBody fails, the next attempt never
-// reaches the upstream — still gives the caller that answer. An answer with
-// a longer body is returned instead of retried.
-const holdLimit = 16 << 10
 
 // call is one call in progress.
 type call struct {
@@ -167,9 +156,8 @@ func (c *call) run() (*http.Response, error) {
 		var resp *http.Response
 		var a outcome.Attempt
 		if delay, ok := c.hedgeDelay(n); ok {
-			hedgesBefore := c.hedgesSent
-			l := c.hedged(&flight{ai: ai, actx: actx, cancel: acancel}, body, notBefore, delay, physical, c.maxAttempts-n)
-			sent := c.hedgesSent - hedgesBefore
+			l, sent := c.hedged(&flight{ai: ai, actx: actx, cancel: acancel}, body, notBefore, delay, physical, c.maxAttempts-n)
+			c.hedgesSent += sent
 			n += sent // hedges are attempts: MaxAttempts bounds them too
 			physical += sent
 			c.hedgedCtx = true
@@ -186,9 +174,9 @@ func (c *call) run() (*http.Response, error) {
 		if a.Category == classify.Ambiguous {
 			c.dropHeld() // this attempt may have reached the upstream: the earlier answer is no longer the call's
 		}
-		final := err == nil && !c.t.retryable(resp.StatusCode)
+		final := c.final(resp, err)
 
-		d := c.decide(n, a, resp, final, transparent)
+		d := c.verdict(n, a, resp, final, transparent)
 		if d.Retry && opened {
 			// Every call to the upstream is refused until then: waiting
 			// to retry would hold the caller for the whole pause, for an
@@ -262,30 +250,6 @@ func (c *call) end(resp *http.Response, reason retry.Reason, err error, acancel 
 		acancel() // noop: there is no timeout, and no wrapper is needed
 	}
 	return resp, nil
-}
-
-// hold keeps resp, an answer about to be retried, until the retry is
-// certain: its body is read into memory (up to holdLimit) and closed, which
-// resolves its attempt and frees its connection. It reports false, and
-// gives resp its whole body back, when the body is longer than holdLimit.
-func (c *call) hold(resp *http.Response) bool {
-	data, err := io.ReadAll(io.LimitReader(resp.Body, holdLimit+1))
-	if len(data) > holdLimit {
-		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), resp.Body), Closer: resp.Body}
-		return false
-	}
-	resp.Body.Close()
-	c.dropHeld()
-	resp.Body = &heldBody{r: bytes.NewReader(data), err: err}
-	c.held = resp
-	return true
-}
-
-func (c *call) dropHeld() {
-	if c.held != nil {
-		c.held.Body.Close()
-		c.held = nil
-	}
 }
 
 // openOnRetryAfter opens the upstream's breaker for the Retry-After of an
@@ -363,7 +327,13 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 	return a
 }
 
-// decide says what follows attempt n, and feeds the retry budget: a final
+// final reports whether an attempt's result ends the call: an answer whose
+// status is not one to retry.
+func (c *call) final(resp *http.Response, err error) bool {
+	return err == nil && !c.t.retryable(resp.StatusCode)
+}
+
+// verdict says what follows attempt n, and feeds the retry budget: a final
 // answer is a success; a failure or a retryable answer costs a token, which
 // is charged before the budget is asked, so that concurrent calls cannot all
 // see the last token. Local rejections, attempts the caller cancelled,
@@ -371,7 +341,7 @@ func record(resp *http.Response, err error, d time.Duration) outcome.Attempt {
 // attempts a connection being taken down ended (retry.Drained), refused TLS
 // handshakes (which are not retried) and the client's own faults
 // cost nothing.
-func (c *call) decide(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
+func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
 	switch {
 	case final:
 		c.budget.OnSuccess()
@@ -459,428 +429,4 @@ func (c *call) fail(err error) error {
 		c.out.Reason = retry.LocalRejection // the request could not be made at all
 	}
 	return &outcome.Error{Outcome: c.out, Err: err}
-}
-
-// trackedBody is a request body that knows whether it was read, and keeps
-// the caller's body open for another attempt while that is possible.
-type trackedBody struct {
-	rc    io.ReadCloser
-	read  atomic.Bool
-	state atomic.Int32 // bodyOpen, bodyCloseDeferred or bodyCallEnded
-	once  sync.Once
-}
-
-const (
-	bodyOpen          = iota
-	bodyCloseDeferred // a transport closed it unread while the call went on
-	bodyCallEnded     // the call has ended: a Close closes
-)
-
-func (b *trackedBody) Read(p []byte) (int, error) {
-	b.read.Store(true)
-	return b.rc.Read(p)
-}
-
-// Close closes the caller's body, unless it was never read and the call is
-// still going on: a transport that gives up before sending it (an HTTP/2
-// connection that was shutting down, an HTTP/1 connection lost before a
-// byte was written) closes it unread, and the call may still send it on its
-// next attempt. The close then happens when the call ends.
-func (b *trackedBody) Close() error {
-	if !b.read.Load() && b.state.CompareAndSwap(bodyOpen, bodyCloseDeferred) {
-		return nil
-	}
-	return b.closeNow()
-}
-
-// callEnded is called when the call returns an answer: a close deferred
-// until then happens now, and later ones at once.
-func (b *trackedBody) callEnded() {
-	if b != nil && b.state.Swap(bodyCallEnded) == bodyCloseDeferred {
-		b.closeNow()
-	}
-}
-
-// closeNow closes the caller's body (once).
-func (b *trackedBody) closeNow() error {
-	if b == nil {
-		return nil
-	}
-	b.state.Store(bodyCallEnded)
-	var err error
-	b.once.Do(func() { err = b.rc.Close() })
-	return err
-}
-
-// touched reports whether b was read (a nil body was not).
-func (b *trackedBody) touched() bool { return b != nil && b.read.Load() }
-
-// heldBody is the body of a held answer: what was read of it, then how its
-// reading ended.
-type heldBody struct {
-	r   *bytes.Reader
-	err error // nil: the body ended normally
-}
-
-func (b *heldBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err == io.EOF && b.err != nil {
-		err = b.err
-	}
-	return n, err
-}
-
-func (b *heldBody) Close() error { return nil }
-
-// prefixedBody is a body of which a prefix was read ahead: the prefix, then
-// the rest.
-type prefixedBody struct {
-	io.Reader
-	io.Closer
-}
-
-// finalBody is the body of the call's final answer: closing it, or reading
-// it to the end, ends the attempt's and the call's timeouts.
-type finalBody struct {
-	io.ReadCloser
-	once    sync.Once
-	cancels [2]context.CancelFunc
-}
-
-func (b *finalBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
-		b.release()
-	}
-	return n, err
-}
-
-func (b *finalBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.release()
-	return err
-}
-
-func (b *finalBody) release() {
-	b.once.Do(func() {
-		for _, cancel := range b.cancels {
-			if cancel != nil {
-				cancel()
-			}
-		}
-	})
-}
-
-// hedgeDelay returns how long attempt n runs before a hedge is sent beside
-// it, and false for no hedge.
-func (c *call) hedgeDelay(n int) (time.Duration, bool) {
-	if !c.hedgeable || c.hedgesLeft() == 0 || n >= c.maxAttempts {
-		return 0, false
-	}
-	if d := c.hedging.Delay; d > 0 {
-		return d, true
-	}
-	return c.lat.quantile(c.hedging.quantile())
-}
-
-// hedgesLeft returns how many more hedges the call may send.
-func (c *call) hedgesLeft() int { return c.hedging.maxHedges() - c.hedgesSent }
-
-// observe records the latency of an answered attempt, the first of its
-// round, for adaptive hedging: the estimate is of how long first attempts
-// take, since a hedge is sent when one takes longer than the delay.
-func (c *call) observe(a outcome.Attempt) {
-	if c.lat != nil && a.Category == classify.Answered {
-		c.lat.record(a.Duration)
-	}
-}
-
-// flight is one attempt of a hedged round.
-type flight struct {
-	ai     AttemptInfo
-	actx   context.Context
-	cancel context.CancelFunc // ends the attempt: its timeout, and a loser's cancellation
-	body   io.ReadCloser      // a hedge's own body (GetBody's), closed when it lands
-	hedge  bool
-	start  int64
-	landed bool // guarded by round.mu
-	lost   bool // cancelled because another answered first; guarded by round.mu
-}
-
-// landing is how a flight ended.
-type landing struct {
-	f    *flight
-	resp *http.Response
-	err  error
-	a    outcome.Attempt
-	at   int64 // when (clock.Now)
-}
-
-// round is a hedged round in progress: the first attempt runs on the
-// caller's goroutine, hedges on their own, launched by a timer.
-type round struct {
-	c         *call
-	first     *flight
-	notBefore time.Time
-	delay     time.Duration
-	physical  int          // the number of the round's latest attempt
-	ch        chan landing // the hedges' landings
-
-	mu      sync.Mutex
-	timer   *time.Timer
-	fireAt  int64 // when the armed timer should fire (clock.Now)
-	left    int   // hedges this round may still send (Hedging.MaxHedges, MaxAttempts)
-	hedges  []*flight
-	decided *flight // the attempt whose final answer decided the round
-	closed  bool    // no more hedges
-}
-
-// final reports whether l's answer ends the call.
-func (c *call) final(l landing) bool { return l.err == nil && !c.t.retryable(l.resp.StatusCode) }
-
-// hedged makes one round of attempts: first, and a hedge beside it each
-// time delay passes without an answer, while the round may send hedges
-// (at most left) and the budget allows them. The first attempt whose answer
-// is final decides the round, and the others are cancelled; if none is,
-// the round ends when every attempt has ended, with the most telling result
-// for the retry rules to judge (see endRound). Every attempt is in the
-// outcome: those that did not decide the round come before the one that
-// did. A round in which the first attempt answers before the delay costs a
-// timer more than an attempt without hedging.
-func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, delay time.Duration, physical, left int) landing {
-	left = min(left, c.hedgesLeft())
-	r := &round{c: c, first: first, notBefore: notBefore, delay: delay, physical: physical, left: left,
-		ch: make(chan landing, left)}
-	first.takeOff()
-	r.mu.Lock()
-	r.arm(delay)
-	r.mu.Unlock()
-	l0 := r.fly(first, body)
-	r.mu.Lock()
-	first.landed = true
-	if !first.lost { // a lost one was recorded when it was cancelled
-		c.observe(l0.a)
-	}
-	if c.lat != nil {
-		c.lat.round(c.hedging.extraLoad(), len(r.hedges) > 0)
-	}
-	if len(r.hedges) == 0 { // answered (or failed) before the delay: no hedge
-		r.closed = true
-		r.timer.Stop()
-		r.mu.Unlock()
-		return l0
-	}
-	if c.final(l0) && r.decided == nil {
-		r.decide(first)
-	}
-	r.mu.Unlock()
-	ls := []landing{l0}
-	for received := 0; ; received++ {
-		r.mu.Lock()
-		if received == len(r.hedges) { // every attempt has landed
-			r.closed = true
-			r.timer.Stop()
-			r.mu.Unlock()
-			break
-		}
-		r.mu.Unlock()
-		ls = append(ls, <-r.ch)
-	}
-	return c.endRound(r, ls)
-}
-
-// telling ranks what a result of a round tells the retry rules, most first:
-// an answer, then a failure that may have reached the upstream, then one
-// proven not processed, then one that never left (a local guard's refusal).
-// A hedge the bulkhead refused must not stand in for a first attempt that
-// timed out on the wire.
-func telling(l *landing) int {
-	switch {
-	case l.err == nil:
-		return 4
-	case l.a.Category == classify.Ambiguous:
-		return 3
-	case l.a.Category == classify.LocalRejection:
-		return 1
-	}
-	return 2
-}
-
-// endRound picks the landing that decides the round — the one whose final
-// answer did, or else the most telling result, the later of equals — and
-// settles the others.
-func (c *call) endRound(r *round, ls []landing) landing {
-	var chosen *landing
-	var others []landing
-	for i := range ls {
-		l := &ls[i]
-		l.a.Hedge, l.a.Lost = l.f.hedge, l.f.lost
-		switch {
-		case r.decided != nil:
-			if l.f == r.decided {
-				chosen = l
-				continue
-			}
-			others = append(others, *l)
-		case chosen == nil:
-			chosen = l
-		case telling(l) > telling(chosen) || telling(l) == telling(chosen) && l.at > chosen.at:
-			others = append(others, *chosen)
-			chosen = l
-		default:
-			others = append(others, *l)
-		}
-	}
-	c.settle(others)
-	return *chosen
-}
-
-// decide makes f the attempt that decided the round, and cancels the others
-// in flight: their permits come back, and the breaker records them as
-// neither success nor failure (the caller cancelled them). r.mu is held.
-func (r *round) decide(f *flight) {
-	r.decided = f
-	r.closed = true
-	r.timer.Stop()
-	for _, o := range append([]*flight{r.first}, r.hedges...) {
-		if o == f || o.landed {
-			continue
-		}
-		o.lost = true
-		o.cancel()
-		if o == r.first && r.c.lat != nil { // its answer would have come later than this
-			r.c.lat.record(time.Duration(clock.Now() - o.start))
-		}
-	}
-}
-
-// arm arms the timer of the next hedge, due d from now: early by the
-// timers' usual lateness (adaptive hedging); r.mu is held.
-func (r *round) arm(d time.Duration) {
-	a := d
-	if l := r.c.lat; l != nil {
-		a = max(d-l.early(), d/2)
-	}
-	r.fireAt = clock.Now() + int64(a)
-	if r.timer == nil {
-		r.timer = time.AfterFunc(a, r.tick)
-	} else {
-		r.timer.Reset(a)
-	}
-}
-
-// tick sends a hedge, if one may be sent, and arms the next. The hedge's
-// hooks and body are made outside the round's lock; the round's counts
-// change only once it is sent.
-func (r *round) tick() {
-	c := r.c
-	r.mu.Lock()
-	if l := c.lat; l != nil && len(r.hedges) == 0 {
-		l.timerLate(time.Duration(clock.Now()-r.fireAt), r.delay)
-	}
-	if r.closed || r.left == 0 || c.ctx.Err() != nil || !c.budget.TryTake() {
-		r.mu.Unlock()
-		return
-	}
-	ai := AttemptInfo{CallInfo: c.info, Attempt: r.physical + 1}
-	r.mu.Unlock()
-	f, body, ok := c.newHedge(ai)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !ok || r.closed { // no body for it, or the round ended meanwhile
-		c.budget.GiveBack()
-		if ok {
-			f.cancel()
-			if body != nil {
-				body.Close()
-			}
-		}
-		return
-	}
-	r.left--
-	c.hedgesSent++
-	r.physical++
-	f.takeOff()
-	r.hedges = append(r.hedges, f)
-	go func() {
-		l := r.fly(f, body)
-		if l.a.Category == classify.LocalRejection {
-			c.budget.GiveBack() // it never left: it costs nothing, as a refused retry does not
-		}
-		r.mu.Lock()
-		f.landed = true
-		if c.final(l) && r.decided == nil {
-			r.decide(f)
-		}
-		r.mu.Unlock()
-		r.ch <- l
-	}()
-	if r.left > 0 {
-		r.arm(r.delay)
-	}
-}
-
-// takeOff gives f a context of its own, which the round cancels if another
-// attempt decides it, and starts its clock.
-func (f *flight) takeOff() {
-	actx, cancel := context.WithCancel(f.actx)
-	f.actx, f.cancel = actx, composeCancel(cancel, f.cancel)
-	f.start = clock.Now()
-}
-
-// fly makes f's attempt and describes how it landed.
-func (r *round) fly(f *flight, body io.ReadCloser) landing {
-	c := r.c
-	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore})
-	now := clock.Now()
-	return landing{f: f, resp: resp, err: err, a: record(resp, err, time.Duration(now-f.start)), at: now}
-}
-
-// newHedge makes a hedge's context (the AttemptStart hook, the attempt
-// timeout) and body (GetBody's), and false when there is no body to send.
-func (c *call) newHedge(ai AttemptInfo) (*flight, io.ReadCloser, bool) {
-	var body io.ReadCloser
-	if c.req.Body != nil && c.req.Body != http.NoBody {
-		var err error
-		if body, err = c.req.GetBody(); err != nil {
-			return nil, nil, false
-		}
-	}
-	f := &flight{ai: ai, actx: c.ctx, cancel: noop, body: body, hedge: true}
-	if h := c.t.hooks.AttemptStart; h != nil {
-		f.actx = safeCtx(h, f.actx, f.ai)
-	}
-	if c.t.attemptTimeout > 0 {
-		f.actx, f.cancel = context.WithTimeoutCause(f.actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
-	}
-	return f, body, true
-}
-
-// settle ends the attempts of a round that did not decide it: their answers
-// are closed, their contexts ended, and they are recorded in the outcome
-// and told to the hooks.
-func (c *call) settle(ls []landing) {
-	h := &c.t.hooks
-	for _, l := range ls {
-		if l.resp != nil {
-			l.resp.Body.Close()
-		}
-		if l.f.body != nil {
-			l.f.body.Close()
-		}
-		l.f.cancel()
-		if l.a.Category == classify.Ambiguous {
-			c.dropHeld() // it may have reached the upstream: an earlier answer is no longer the call's
-		}
-		l.a.Decision = retry.Superseded
-		c.out.Attempts = append(c.out.Attempts, l.a)
-		if h.AttemptDone != nil {
-			safe3(h.AttemptDone, l.f.actx, l.f.ai, l.a)
-		}
-	}
-}
-
-// composeCancel returns a function that calls a, then b.
-func composeCancel(a, b context.CancelFunc) context.CancelFunc {
-	return func() { a(); b() }
 }

@@ -120,7 +120,7 @@ type latency struct {
 
 // round counts a round of a call with hedging of extraLoad, and whether
 // it sent a hedge.
-func (l *latency) round(extraLoad float64, hedge bool) {
+func (l *latency) roundEnded(extraLoad float64, hedge bool) {
 	l.target.Store(int64(extraLoad * 1e6))
 	l.rounds.Add(1)
 	if hedge {
