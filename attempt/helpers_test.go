@@ -10,8 +10,8 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
-	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 )
 
 var protos = testkit.Protos

@@ -18,8 +18,8 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
-	"github.com/outboundhq/outbound/internal/testkit"
 	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 )
 
 var smallBreaker = circuit.Config{WindowSize: 10, MinimumCalls: 10, WaitInOpen: time.Hour}

@@ -21,7 +21,7 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
-	"github.com/outboundhq/outbound/internal/metrics"
+	"github.com/outboundhq/outbound/drill/metrics"
 	outboundotel "github.com/outboundhq/outbound/otel"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/retry"

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/drill"
-	"github.com/outboundhq/outbound/internal/metrics"
+	"github.com/outboundhq/outbound/drill/metrics"
 )
 
 func drillCmd(args []string, stdout, stderr io.Writer) int {

@@ -1,5 +1,9 @@
-// Package testkit holds the helpers that several packages' tests share: the
-// fault upstream per protocol, and requests of the three body kinds.
+// Package testkit holds helpers for tests that drive the fault upstream of
+// package outboundtest: a server per protocol closed with the test,
+// requests of the three body kinds a retry decision tells apart (none,
+// replayable, one-shot) carrying their call id, a counter of admission
+// events, and a request body that fails as a caller's can. This module's
+// tests share them; yours may use them too.
 package testkit
 
 import (

@@ -13,7 +13,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/throttle"
-	"github.com/outboundhq/outbound/internal/metrics"
+	"github.com/outboundhq/outbound/drill/metrics"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/retry"
 )
