@@ -214,6 +214,9 @@ func TestHalfOpenTrialsRejectedLocallyDoNotStopTheBreakerFromClosing(t *testing.
 		t.Fatalf("breaker after recovery = %v, want CLOSED", got)
 	}
 	t.Run("without releasing the permission it stays stuck", func(t *testing.T) {
+		if !mutate.Enabled {
+			t.Skip("needs the deliberate faults: go test -tags mutate (scripts/test does)")
+		}
 		mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 		defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
 		if got := scenario(t); got != circuit.HalfOpen {

@@ -43,6 +43,9 @@ func TestEveryDrillScenarioPasses(t *testing.T) {
 // The drill must be able to fail: with the circuit permission kept when a
 // local guard rejects, its first scenario fails.
 func TestABrokenClientFailsTheDrill(t *testing.T) {
+	if !mutate.Enabled {
+		t.Skip("needs the deliberate faults: go test -tags mutate (scripts/test does)")
+	}
 	mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 	defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
 	r, err := drill.Run(context.Background(), drill.Options{Only: []string{"recovery-under-backpressure"}})

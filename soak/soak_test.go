@@ -72,7 +72,10 @@ func TestSoakCatchesBrokenInvariants(t *testing.T) {
 	if !*enabled {
 		t.Skip("runs with -soak")
 	}
-	for name, m := range map[string]*atomic.Bool{
+	if !mutate.Enabled {
+		t.Skip("needs the deliberate faults: go test -tags mutate (scripts/test does)")
+	}
+	for name, m := range map[string]*mutate.Switch{
 		"circuit permission kept on a local rejection": &mutate.KeepCircuitPermitOnLocalRejection,
 		"rate token kept on a bulkhead rejection":      &mutate.SkipRateRefundOnBulkheadRejection,
 		"one-shot body re-sent":                        &mutate.ResendOneShotBodies,

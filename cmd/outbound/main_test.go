@@ -62,6 +62,9 @@ func TestDrillPassesWithJSONVerdictsAndExecutionCounts(t *testing.T) {
 }
 
 func TestABrokenClientFailsTheDrillWithExitStatus1(t *testing.T) {
+	if !mutate.Enabled {
+		t.Skip("needs the deliberate faults: go test -tags mutate (scripts/test does)")
+	}
 	mutate.KeepCircuitPermitOnLocalRejection.Store(true)
 	defer mutate.KeepCircuitPermitOnLocalRejection.Store(false)
 	code, out, _ := runCLI("drill", "--scenario", "recovery-under-backpressure")
