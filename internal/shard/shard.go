@@ -39,9 +39,9 @@ var (
 	}}
 )
 
-// Hint returns a number that is, nearly always, the same for calls made on
+// hint returns a number that is, nearly always, the same for calls made on
 // the same processor and different for calls made on different ones.
-func Hint() uint32 {
+func hint() uint32 {
 	h := hints.Get().(*uint32)
 	v := *h
 	hints.Put(h)
@@ -123,7 +123,7 @@ func New(n int) *Stripes {
 func (s *Stripes) Cells() int { return len(s.cells) }
 
 // Cell returns the index of the calling processor's cell.
-func (s *Stripes) Cell() uint32 { return Hint() & s.mask }
+func (s *Stripes) Cell() uint32 { return hint() & s.mask }
 
 // Choose returns the cell to use: the one hint names (any value but 0 is
 // correct), or for 0, "no hint", the calling processor's cell.
@@ -133,10 +133,6 @@ func (s *Stripes) Choose(hint uint32) uint32 {
 	}
 	return s.Cell()
 }
-
-// Marked is a hint from Hint that can never be 0 ("no hint" to Choose):
-// Hint with its top bit set, which no cell index uses.
-func Marked() uint32 { return Hint() | 1<<31 }
 
 // Take takes one item from cell c, if it has one.
 func (s *Stripes) Take(c uint32) bool {
