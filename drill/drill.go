@@ -74,8 +74,9 @@ type Options struct {
 	Fleet *Fleet
 }
 
-// Fleet is a rate limit shared by a fleet of processes (the redis module's
-// DrillFleet makes one on Redis), for the fleet scenario.
+// Fleet is a rate limit shared by a fleet of processes, for the fleet
+// scenario: on Redis, New returns the For method of a limiter the redis
+// module's New makes, and its Close.
 type Fleet struct {
 	// PerSecond and Burst are the fleet's limit.
 	PerSecond float64
@@ -107,7 +108,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			s, ok := Find(name)
 			if name == fleetScenario.Name {
 				if opts.Fleet == nil {
-					return nil, fmt.Errorf("scenario %q needs Options.Fleet: a rate limit shared by a fleet (the redis module's DrillFleet)", name)
+					return nil, fmt.Errorf("scenario %q needs Options.Fleet: a rate limit shared by a fleet, such as the redis module's limiter", name)
 				}
 				s, ok = fleetScenario, true
 			}

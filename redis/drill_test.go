@@ -2,18 +2,21 @@ package outboundredis_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/drill"
 	"github.com/outboundhq/outbound/internal/redistest"
 	outboundredis "github.com/outboundhq/outbound/redis"
+	"github.com/redis/rueidis"
 )
 
 func TestTheDrillsFleetScenarioPassesWithTheLimitOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	fleet, err := outboundredis.DrillFleet(client(t, srv.Addr()), 100, 10)
+	fleet, err := drillFleet(client(t, srv.Addr()), 100, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,4 +54,22 @@ func TestTheDrillsFleetScenarioFailsWhenEachMemberKeepsItsOwnLimit(t *testing.T)
 	if r.Passed {
 		t.Fatalf("four limits of their own passed as one shared limit: %+v", r.Scenarios[0].Checks)
 	}
+}
+
+// drillFleet returns the fleet of the drill's fleet scenario
+// (drill.Options.Fleet): each member a Limiter of its own on client, as a
+// process of a fleet would have, all sharing one limit of perSecond and
+// burst under keys of their own for the run.
+func drillFleet(client rueidis.Client, perSecond float64, burst int) (*drill.Fleet, error) {
+	cfg := outboundredis.Config{Client: client, PerSecond: perSecond, Burst: burst,
+		Prefix:   "outbound:drill:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":",
+		Degraded: outboundredis.Degraded{Reject: true}}
+	if _, err := outboundredis.New(cfg); err != nil {
+		return nil, err
+	}
+	return &drill.Fleet{PerSecond: perSecond, Burst: burst,
+		New: func() (func(string) admission.RateGuard, func()) {
+			l, _ := outboundredis.New(cfg) // validated above
+			return l.For, func() { l.Close() }
+		}}, nil
 }
