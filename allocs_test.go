@@ -29,7 +29,7 @@ func TestAPlainCallAllocatesNoMoreThanBareNetHTTP(t *testing.T) {
 	bare := &http.Transport{}
 	defer bare.CloseIdleConnections()
 	ours, err := outbound.New(outbound.Config{
-		Transport: &http.Transport{},
+		HTTPTransport: &http.Transport{},
 		Admission: admission.Config{
 			Rate:     ratelimit.Config{PerSecond: 1e6, Burst: 1e6},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 100},
@@ -73,7 +73,7 @@ func TestACallWithAnUncomparableContextDoesNotPanic(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	tr, err := outbound.New(outbound.Config{Transport: &http.Transport{}})
+	tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestAnUnchangedRequestIsSentWithoutACopy(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer srv.Close()
 	for _, keys := range []bool{false, true} {
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{}, IdempotencyKeys: keys})
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{}, IdempotencyKeys: keys})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 )
 
@@ -46,7 +47,7 @@ func pipeDial(context.Context, string, string) (net.Conn, error) {
 func TestAForgottenUpstreamTakesItsRetryBudgetWithIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var forgotten []string
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: pipeDial},
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: pipeDial},
 			UpstreamIdleTime: time.Minute, Hooks: outbound.Hooks{UpstreamForgotten: func(u string) { forgotten = append(forgotten, u) }}})
 		if err != nil {
 			t.Fatal(err)
@@ -122,7 +123,7 @@ func getURL(t *testing.T, tr *outbound.Transport, url string) (*http.Response, e
 func TestAnUpstreamIsNeverForgottenWhileAnAttemptHoldsItsPermit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hits atomic.Int64
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: slowDial(10*time.Minute, &hits)},
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: slowDial(10*time.Minute, &hits)},
 			UpstreamIdleTime: time.Minute, MaxAttempts: 1,
 			Admission: admission.Config{Circuit: circuit.Config{WindowSize: 3, MinimumCalls: 3, WaitInOpen: time.Hour}}})
 		if err != nil {
@@ -147,7 +148,7 @@ func TestAnUpstreamIsNeverForgottenWhileAnAttemptHoldsItsPermit(t *testing.T) {
 func TestMaxUpstreamsNeverForgetsABreakerWithFailuresInItsWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hits atomic.Int64
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: slowDial(0, &hits)},
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: slowDial(0, &hits)},
 			MaxUpstreams: 4, MaxAttempts: 1,
 			Admission: admission.Config{Circuit: circuit.Config{WindowSize: 10, MinimumCalls: 5, WaitInOpen: time.Hour}}})
 		if err != nil {
@@ -172,7 +173,7 @@ func TestMaxUpstreamsNeverForgetsABreakerWithFailuresInItsWindow(t *testing.T) {
 // unsupported scheme, ErrTooManyUpstreams) made a retry budget all the
 // same, kept for good outside MaxUpstreams (163–166 B per refused host).
 func TestACallRefusedBeforeItsUpstreamExistsKeepsNoRetryBudget(t *testing.T) {
-	tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: pipeDial}, MaxUpstreams: 1})
+	tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: pipeDial}, MaxUpstreams: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestACallRefusedBeforeItsUpstreamExistsKeepsNoRetryBudget(t *testing.T) {
 	}
 	b, _ := tr.Breaker("http://one.test:80")
 	b.SetState(circuit.ForcedOpen) // held: it cannot be forgotten
-	if _, err := getURL(t, tr, "http://two.test/"); !errors.Is(err, outbound.ErrTooManyUpstreams) {
+	if _, err := getURL(t, tr, "http://two.test/"); !errors.Is(err, classify.ErrTooManyUpstreams) {
 		t.Fatalf("a second upstream: %v, want ErrTooManyUpstreams", err)
 	}
 	if _, ok := outbound.BudgetOf(tr, "http://two.test:80"); ok {

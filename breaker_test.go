@@ -87,7 +87,7 @@ func TestARetryAfterOnAnOptedInStatusOpensTheBreakerUntilThen(t *testing.T) {
 				dial, served := answering(func() string {
 					return "HTTP/1.1 " + status.Load().(string) + "\r\nRetry-After: " + tc.retryAfter + "\r\nContent-Length: 0\r\n\r\n"
 				})
-				tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
 					MaxRetryAfter:    time.Minute,
 					OpenOnRetryAfter: func(s int) bool { return s == http.StatusServiceUnavailable }})
 				if err != nil {
@@ -132,7 +132,7 @@ func TestTheCallWhoseAnswerOpenedTheBreakerEndsWithItAtOnce(t *testing.T) {
 		dial, served := answering(func() string {
 			return "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 20\r\nContent-Length: 4\r\n\r\nbusy"
 		})
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, Timeout: time.Minute,
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, Timeout: time.Minute,
 			OpenOnRetryAfter: func(s int) bool { return s == http.StatusServiceUnavailable }})
 		if err != nil {
 			t.Fatal(err)
@@ -172,7 +172,7 @@ func TestARetryAfterOpensNothingUnlessItsStatusIsOptedIn(t *testing.T) {
 				dial, _ := answering(func() string {
 					return "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 20\r\nContent-Length: 0\r\n\r\n"
 				})
-				tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
 					OpenOnRetryAfter: tc.opt})
 				if err != nil {
 					t.Fatal(err)
@@ -201,7 +201,7 @@ func TestBreakerRecordsSaysWhichFailedAttemptsTheBreakerCounts(t *testing.T) {
 			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 		}
 		var asked []classify.Stage
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
 			Admission: admission.Config{Circuit: circuit.Config{MinimumCalls: 4, WindowSize: 10}},
 			BreakerRecords: func(e *classify.Error) bool {
 				asked = append(asked, e.Stage)
@@ -261,7 +261,7 @@ func TestTheTransportStartsEveryBreakerInTheConfiguredState(t *testing.T) {
 				dial, served := answering(func() string {
 					return "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"
 				})
-				tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
 					Admission: admission.Config{Circuit: circuit.Config{MinimumCalls: 4, WindowSize: 10, StartState: start}}})
 				if err != nil {
 					t.Fatal(err)
@@ -307,7 +307,7 @@ func (sleepyGuard) Refund()                      {}
 func TestTimeSpentInALocalGuardIsNotTheUpstreamBeingSlow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dial, _ := answering(func() string { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" })
-		tr, err := outbound.New(outbound.Config{Transport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial}, MaxAttempts: 1,
 			Admission: admission.Config{
 				Circuit:   circuit.Config{WindowSize: 2, MinimumCalls: 2, SlowCallDuration: 100 * time.Millisecond},
 				RateGuard: func(string) admission.RateGuard { return sleepyGuard{time.Second} },
@@ -334,9 +334,9 @@ func TestACallbackThatPanicsCannotKeepAPermit(t *testing.T) {
 	refused := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("connection refused") }
 	answered, _ := answering(func() string { return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" })
 	for name, cfg := range map[string]outbound.Config{
-		"BreakerRecords": {Transport: &http.Transport{DialContext: refused},
+		"BreakerRecords": {HTTPTransport: &http.Transport{DialContext: refused},
 			BreakerRecords: func(*classify.Error) bool { panic("broken callback") }},
-		"IsFailure": {Transport: &http.Transport{DialContext: answered},
+		"IsFailure": {HTTPTransport: &http.Transport{DialContext: answered},
 			IsFailure: func(*http.Response) bool { panic("broken callback") }},
 	} {
 		cfg.MaxAttempts = 1

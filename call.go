@@ -150,7 +150,7 @@ func (c *call) run() (*http.Response, error) {
 		}
 		acancel := context.CancelFunc(noop)
 		if c.t.attemptTimeout > 0 {
-			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
+			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, classify.ErrAttemptTimeout)
 			asIs = false
 		}
 		var resp *http.Response
@@ -428,5 +428,5 @@ func (c *call) fail(err error) error {
 	if c.out.Reason == 0 {
 		c.out.Reason = retry.LocalRejection // the request could not be made at all
 	}
-	return &outcome.Error{Outcome: c.out, Err: err}
+	return &outcome.CallError{Outcome: c.out, Err: err}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
-	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outboundtest/testkit"
@@ -49,7 +48,7 @@ func TestAnInvalidRequestIsRefusedLocallyAndNeverBlamesTheUpstream(t *testing.T)
 					req := newRequest(t, context.Background(), s, noBody, "bad")
 					spoil(req)
 					_, out, err := c.Do(req)
-					if !errors.Is(err, attempt.ErrInvalidRequest) || !errors.Is(err, outcome.ErrNotCommitted) {
+					if !errors.Is(err, classify.ErrInvalidRequest) || !errors.Is(err, outcome.ErrNotCommitted) {
 						t.Fatalf("err %v", err)
 					}
 					if len(out.Attempts) != 1 || out.Reason != retry.InvalidRequest || out.Attempts[0].Evidence != classify.EvidenceInvalidRequest {

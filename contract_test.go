@@ -23,7 +23,6 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
-	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
@@ -66,7 +65,7 @@ func TestAttemptTimeoutReturnsTheSlotOfABodyNeverClosed(t *testing.T) {
 			if b := breakerPipeline(t, c, s).Bulkhead(); b.InUse() != 0 {
 				t.Fatalf("bulkhead slots in use: %d", b.InUse())
 			}
-			if _, err := io.ReadAll(resp.Body); !errors.Is(err, attempt.ErrAttemptTimeout) {
+			if _, err := io.ReadAll(resp.Body); !errors.Is(err, classify.ErrAttemptTimeout) {
 				t.Fatalf("reading the body afterwards: %v", err)
 			}
 		})
@@ -262,7 +261,7 @@ func TestTheProxyFuncSeesTheCallersRequest(t *testing.T) {
 		}
 		return nil, nil
 	}
-	c, err := outbound.New(outbound.Config{Transport: tr})
+	c, err := outbound.New(outbound.Config{HTTPTransport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +319,7 @@ func TestDialTLSContextWorksOverHTTP1AndHTTP2(t *testing.T) {
 				cfg.NextProtos = []string{"h2", "http/1.1"}
 				return (&tls.Dialer{Config: cfg}).DialContext(ctx, network, addr)
 			}}
-			c, err := outbound.New(outbound.Config{Transport: tr})
+			c, err := outbound.New(outbound.Config{HTTPTransport: tr})
 			if err != nil {
 				t.Fatal(err)
 			}

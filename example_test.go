@@ -63,7 +63,7 @@ func ExampleConfig_distrustRefusedStream() {
 	base := upstream.Transport()                                           // HTTP/2 without TLS, to the test upstream
 	behindHAProxy := map[string]bool{upstream.URL: true}                   // upstream keys: scheme://host:port
 	t, err := outbound.New(outbound.Config{
-		Transport: base,
+		HTTPTransport: base,
 		// REFUSED_STREAM from these upstreams does not prove a request unprocessed.
 		DistrustRefusedStream: func(upstream string) bool { return behindHAProxy[upstream] },
 	})
@@ -243,7 +243,7 @@ func ExampleHedging() {
 	upstream.Enqueue(outboundtest.Slow(10*time.Second, 200)) // the first attempt is stuck
 
 	t, err := outbound.New(outbound.Config{
-		Transport: upstream.Transport(),
+		HTTPTransport: upstream.Transport(),
 		// Adaptive: hedge after the latency that 95% of the upstream's
 		// first attempts beat (ExtraLoad 0.05). A fixed Delay is here
 		// because the upstream has no history yet.

@@ -27,7 +27,7 @@ var hedgeAfter = &outbound.Hedging{Delay: 20 * time.Millisecond}
 
 func hedgingTransport(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Transport {
 	t.Helper()
-	cfg.Transport = s.Transport()
+	cfg.HTTPTransport = s.Transport()
 	if cfg.Hedging == nil {
 		cfg.Hedging = hedgeAfter
 	}
@@ -279,7 +279,7 @@ func TestWithHedgingOverridesTheTransportsHedgingPerCall(t *testing.T) {
 		{"on for one call", nil, &outbound.Hedging{Delay: 20 * time.Millisecond}, 1},
 		{"off for one call", &outbound.Hedging{Delay: 20 * time.Millisecond}, nil, 0},
 	} {
-		cfg := outbound.Config{Transport: s.Transport(), Hedging: tc.transport}
+		cfg := outbound.Config{HTTPTransport: s.Transport(), Hedging: tc.transport}
 		tr, err := outbound.New(cfg)
 		if err != nil {
 			t.Fatal(err)

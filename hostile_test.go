@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound"
-	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/retry"
@@ -118,7 +117,7 @@ func TestAServerThatAcceptsAndNeverAnswersIsCutByTheAttemptTimeout(t *testing.T)
 		t.Run(p.String(), func(t *testing.T) {
 			_, _, err, _ := hostile(t, p, outbound.Config{AttemptTimeout: 200 * time.Millisecond, MaxAttempts: 2},
 				func(s *outboundtest.Server) { s.SetDefault(outboundtest.Hang()) }, http.MethodGet)
-			if category(err) != classify.Ambiguous || !errors.Is(err, attempt.ErrAttemptTimeout) {
+			if category(err) != classify.Ambiguous || !errors.Is(err, classify.ErrAttemptTimeout) {
 				t.Fatalf("hung upstream: %v (category %v)", err, category(err))
 			}
 		})

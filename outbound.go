@@ -35,7 +35,7 @@ import (
 // exponential backoff, a retry budget, no timeout beyond the request's
 // context.
 type Config struct {
-	// Transport supplies the settings of new connections: dialer, TLS
+	// HTTPTransport supplies the settings of new connections: dialer, TLS
 	// dialer, proxy, TLS configuration, protocols, timeouts, and the limits
 	// MaxIdleConns, MaxIdleConnsPerHost, MaxConnsPerHost and
 	// IdleConnTimeout, which apply as in net/http. Nil means a clone of
@@ -43,7 +43,7 @@ type Config struct {
 	// is never touched (one attempt must be one request on the wire). Its
 	// Proxy is called with the caller's request, once per call, and
 	// connections are pooled per proxy as well as per address.
-	Transport *http.Transport
+	HTTPTransport *http.Transport
 
 	// Admission is the template of every upstream's guards: circuit
 	// breaker, rate limiter, bulkhead, and the event observer (which
@@ -51,7 +51,7 @@ type Config struct {
 	Admission admission.Config
 
 	// UpstreamKey names the upstream a request belongs to: one set of
-	// guards and one retry budget per key. Nil means DefaultUpstreamKey
+	// guards and one retry budget per key. Nil means attempt.DefaultUpstreamKey
 	// (scheme://host:port, one spelling per host).
 	UpstreamKey func(*http.Request) string
 
@@ -68,7 +68,7 @@ type Config struct {
 	// answer whose body failed; an attempt it declines is released
 	// (neither success nor failure). It is not asked for attempts the
 	// caller cancelled, that were refused locally, or that waited in vain
-	// for a connection. Nil means DefaultBreakerRecords.
+	// for a connection. Nil means attempt.DefaultBreakerRecords.
 	BreakerRecords func(*classify.Error) bool
 
 	// DistrustRefusedStream names the upstreams (by key) whose HTTP/2
@@ -155,7 +155,7 @@ type Config struct {
 
 	// MaxUpstreams caps the upstreams whose state is kept. A call to a new
 	// upstream beyond it makes room by forgetting the least recently used
-	// upstreams that hold nothing, and fails with ErrTooManyUpstreams,
+	// upstreams that hold nothing, and fails with classify.ErrTooManyUpstreams,
 	// without being sent, when there are none. Zero means no cap.
 	MaxUpstreams int
 
@@ -164,45 +164,6 @@ type Config struct {
 	// them too.
 	Hooks Hooks
 }
-
-// Errors a call can end with, besides those of package outcome and
-// classify.
-var (
-	// ErrAttemptTimeout is the context cause of an attempt that
-	// Config.AttemptTimeout ended: an upstream failure (too slow), unlike
-	// an attempt the caller cancelled. Like net/http's timeouts it is a
-	// net.Error whose Timeout is true, and errors.Is(ErrAttemptTimeout,
-	// context.DeadlineExceeded) holds.
-	ErrAttemptTimeout = attempt.ErrAttemptTimeout
-	// ErrInvalidRequest matches, with errors.Is, the error of a call whose
-	// request net/http would refuse to send (an invalid method, header or
-	// trailer field, or Host; a control character in the URL's query; a
-	// ContentLength without a Body). It is refused before any guard: never
-	// an upstream failure, never retried.
-	ErrInvalidRequest = attempt.ErrInvalidRequest
-	// ErrTooManyUpstreams is the error of a call to a new upstream when
-	// Config.MaxUpstreams upstreams are kept and none can be forgotten
-	// (each holds something worth keeping, such as a breaker that is not
-	// in its start state). The call was not sent.
-	ErrTooManyUpstreams = attempt.ErrTooManyUpstreams
-)
-
-// DefaultIsFailure is the default Config.IsFailure: it reports whether
-// resp has status 500, 502, 503 or 504.
-func DefaultIsFailure(resp *http.Response) bool { return attempt.DefaultIsFailure(resp) }
-
-// DefaultBreakerRecords is the default Config.BreakerRecords: every failed
-// attempt is an upstream failure but those that say nothing of the
-// upstream's health — lifecycle failures (a graceful GOAWAY, the keep-alive
-// race: classify.Error.Lifecycle) and refused TLS handshakes, which would
-// fail the same way every time and which the breaker could only hide behind
-// "circuit open".
-func DefaultBreakerRecords(e *classify.Error) bool { return attempt.DefaultBreakerRecords(e) }
-
-// DefaultUpstreamKey is the default Config.UpstreamKey: scheme://host:port,
-// the host in lower case, the port explicit, an IPv6 address in brackets
-// and canonical.
-func DefaultUpstreamKey(req *http.Request) string { return attempt.DefaultUpstreamKey(req) }
 
 // DefaultRetryableStatus reports whether status is 408, 429, 500, 502, 503
 // or 504.
@@ -217,7 +178,7 @@ func DefaultRetryableStatus(status int) bool {
 // Transport is an http.RoundTripper that makes a call in as many attempts as
 // are provably safe. It keeps the RoundTripper contract: the request is not
 // modified, its body is closed, and any final answer comes back as
-// (resp, nil). A call that ends without an answer returns an *outcome.Error
+// (resp, nil). A call that ends without an answer returns an *outcome.CallError
 // carrying the call's outcome. It is safe for concurrent use.
 type Transport struct {
 	attempts       *attempt.Attempter
@@ -269,7 +230,7 @@ func New(cfg Config) (*Transport, error) {
 			f(key)
 		}
 	}
-	at, err := attempt.New(attempt.Config{Transport: cfg.Transport, Admission: cfg.Admission,
+	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: forgotten,
 		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
@@ -388,7 +349,7 @@ func (t *Transport) Do(req *http.Request) (*http.Response, *outcome.Outcome, err
 // OutcomeOf returns the outcome of the call that produced err, if err came
 // from this package.
 func OutcomeOf(err error) (*outcome.Outcome, bool) {
-	var oe *outcome.Error
+	var oe *outcome.CallError
 	if errors.As(err, &oe) {
 		return oe.Outcome, true
 	}

@@ -26,7 +26,7 @@ func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
 
 func newClient(t *testing.T, s *outboundtest.Server, cfg outbound.Config) *outbound.Transport {
 	t.Helper()
-	cfg.Transport = s.Transport()
+	cfg.HTTPTransport = s.Transport()
 	if cfg.Backoff == (retry.Backoff{}) {
 		cfg.Backoff = retry.Backoff{Initial: 1, Max: 1, Jitter: -1} // tests do not wait between attempts
 	}

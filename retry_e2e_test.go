@@ -202,7 +202,7 @@ func TestTransportKeepsTheRoundTripperContract(t *testing.T) {
 	req.Header.Set("A", "1")
 	s.Enqueue(outboundtest.ResetAfterRead())
 	_, err := hc.Do(req)
-	var oe *outcome.Error
+	var oe *outcome.CallError
 	if !errors.As(err, &oe) || oe.Outcome.Commit != outcome.Unknown {
 		t.Fatalf("err %v: the outcome is not reachable from http.Client's error", err)
 	}

@@ -300,7 +300,7 @@ func (c *call) newHedge(ai AttemptInfo) (*flight, io.ReadCloser, bool) {
 		f.actx = safeCtx(h, f.actx, f.ai)
 	}
 	if c.t.attemptTimeout > 0 {
-		f.actx, f.cancel = context.WithTimeoutCause(f.actx, c.t.attemptTimeout, attempt.ErrAttemptTimeout)
+		f.actx, f.cancel = context.WithTimeoutCause(f.actx, c.t.attemptTimeout, classify.ErrAttemptTimeout)
 	}
 	return f, body, true
 }

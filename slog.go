@@ -81,7 +81,7 @@ func SlogHooks(l *slog.Logger) Hooks {
 				}
 				l.LogAttrs(context.Background(), level, "outbound breaker transition", slog.String("upstream", e.Upstream),
 					slog.String("from", e.Transition.From.String()), slog.String("to", e.Transition.To.String()),
-					slog.String("reason", e.Transition.Reason.String()))
+					slog.String("reason", e.Transition.Cause.String()))
 				return
 			}
 			if e.Kind == admission.LimitChanged {

@@ -227,7 +227,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
 // local guard rejected, without an outcome.
-func (p *Pipeline) releaseCircuit(cp *circuit.Permit) {
+func (p *Pipeline) releaseCircuit(cp *circuit.Permission) {
 	if mutate.KeepCircuitPermitOnLocalRejection.Load() {
 		return
 	}
@@ -306,7 +306,7 @@ func (p *Pipeline) emit(e Event) {
 // it back twice. A Permit must not be resolved from two goroutines at once.
 type Permit struct {
 	p       *Pipeline // nil once resolved
-	circuit circuit.Permit
+	circuit circuit.Permission
 	at      int64 // when it was admitted (ratelimit.Now), with a throttle
 }
 

@@ -28,7 +28,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	bare := &http.Transport{MaxIdleConnsPerHost: 100}
 	defer bare.CloseIdleConnections()
 	ours, err := attempt.New(attempt.Config{
-		Transport: &http.Transport{},
+		HTTPTransport: &http.Transport{},
 		Admission: admission.Config{
 			Rate:     ratelimit.Config{PerSecond: 1e9, Burst: 1 << 30},
 			Bulkhead: bulkhead.Config{MaxConcurrent: 1 << 20},

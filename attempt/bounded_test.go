@@ -61,7 +61,7 @@ func TestAnOpenBreakersUpstreamIsNeverForgottenAndARecoveredOneIs(t *testing.T) 
 		u := &pipeUpstream{}
 		var f forgetting
 		tr, err := attempt.New(attempt.Config{
-			Transport:        &http.Transport{DialContext: u.dial},
+			HTTPTransport:    &http.Transport{DialContext: u.dial},
 			Admission:        admission.Config{Circuit: circuit.Config{WindowSize: 2, MinimumCalls: 2, WaitInOpen: time.Minute, PermittedCallsInHalfOpen: 1}},
 			UpstreamIdleTime: time.Minute,
 			OnForget:         f.on,
@@ -126,7 +126,7 @@ func TestUpstreamsWhoseBreakersStartOutsideClosedAreStillForgotten(t *testing.T)
 				u := &pipeUpstream{}
 				var f forgetting
 				tr, err := attempt.New(attempt.Config{
-					Transport:        &http.Transport{DialContext: u.dial},
+					HTTPTransport:    &http.Transport{DialContext: u.dial},
 					Admission:        admission.Config{Circuit: circuit.Config{StartState: start}},
 					UpstreamIdleTime: time.Minute,
 					OnForget:         f.on,
@@ -159,7 +159,7 @@ func TestAnUpstreamHoldingAPermitOrOwingTokensIsNotForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
-			Transport:        &http.Transport{DialContext: u.dial},
+			HTTPTransport:    &http.Transport{DialContext: u.dial},
 			Admission:        admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}},
 			UpstreamIdleTime: time.Minute,
 		})
@@ -185,7 +185,7 @@ func TestAnUpstreamHoldingAPermitOrOwingTokensIsNotForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
-			Transport:        &http.Transport{DialContext: u.dial},
+			HTTPTransport:    &http.Transport{DialContext: u.dial},
 			Admission:        admission.Config{Rate: ratelimit.Config{PerSecond: 1.0 / 3600, Burst: 2}}, // two an hour
 			UpstreamIdleTime: time.Minute,
 		})
@@ -219,10 +219,10 @@ func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 		u := &pipeUpstream{}
 		var f forgetting
 		tr, err := attempt.New(attempt.Config{
-			Transport:    &http.Transport{DialContext: u.dial},
-			Admission:    admission.Config{Circuit: circuit.Config{WindowSize: 1, MinimumCalls: 1}},
-			MaxUpstreams: 3,
-			OnForget:     f.on,
+			HTTPTransport: &http.Transport{DialContext: u.dial},
+			Admission:     admission.Config{Circuit: circuit.Config{WindowSize: 1, MinimumCalls: 1}},
+			MaxUpstreams:  3,
+			OnForget:      f.on,
 			// Connections kept: an upstream whose last connection closes,
 			// holding nothing, is forgotten with it.
 			IdleConnTimeout: time.Hour,
@@ -251,7 +251,7 @@ func TestMaxUpstreamsForgetsTheLeastRecentlyUsedButNeverAnOutage(t *testing.T) {
 			_ = tryGet(tr, "http://"+h+".test/")
 		}
 		err = tryGet(tr, "http://e.test/")
-		if !errors.Is(err, attempt.ErrTooManyUpstreams) || len(tr.Upstreams()) != 3 {
+		if !errors.Is(err, classify.ErrTooManyUpstreams) || len(tr.Upstreams()) != 3 {
 			t.Fatalf("a new upstream with every kept one OPEN: %v, kept %v", err, tr.Upstreams())
 		}
 	})
@@ -263,8 +263,8 @@ func TestSpellingsOfOneHostShareOneBulkhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
-			Transport: &http.Transport{DialContext: u.dial},
-			Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}},
+			HTTPTransport: &http.Transport{DialContext: u.dial},
+			Admission:     admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -360,7 +360,7 @@ func TestMaxConnsPerHostOneOpensOneConnection(t *testing.T) {
 			s.SetDefault(outboundtest.Slow(20*time.Millisecond, 200))
 			base := s.Transport()
 			base.MaxConnsPerHost = 1
-			tr := newTransportWith(t, attempt.Config{Transport: base})
+			tr := newTransportWith(t, attempt.Config{HTTPTransport: base})
 			var wg sync.WaitGroup
 			errs := make([]error, 4)
 			for i := range 4 {
@@ -385,7 +385,7 @@ func TestAnAttemptThatGivesUpWaitingForAConnectionIsNotSentAndNoFailure(t *testi
 	base := s.Transport()
 	base.MaxConnsPerHost = 1
 	var ev events
-	tr := newTransportWith(t, attempt.Config{Transport: base, Admission: admission.Config{OnEvent: ev.On}})
+	tr := newTransportWith(t, attempt.Config{HTTPTransport: base, Admission: admission.Config{OnEvent: ev.On}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -431,7 +431,7 @@ func TestIdleConnectionsStayWithinMaxIdleConnsPerHostAndMaxIdleConns(t *testing.
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				u := &pipeUpstream{}
-				tr, err := attempt.New(attempt.Config{Transport: &http.Transport{DialContext: u.dial,
+				tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: u.dial,
 					MaxIdleConnsPerHost: tc.perHost, MaxIdleConns: tc.all}})
 				if err != nil {
 					t.Fatal(err)
@@ -461,7 +461,7 @@ func TestIdleConnectionsStayWithinMaxIdleConnsPerHostAndMaxIdleConns(t *testing.
 func TestTheTransportsIdleConnTimeoutIsHonoured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
-		tr, err := attempt.New(attempt.Config{Transport: &http.Transport{DialContext: u.dial, IdleConnTimeout: 10 * time.Second}})
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: u.dial, IdleConnTimeout: 10 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +511,7 @@ func TestACallIsSlowByTheTimeToItsResponseHeaders(t *testing.T) {
 					}()
 					return client, nil
 				}
-				tr, err := attempt.New(attempt.Config{Transport: &http.Transport{DialContext: dial},
+				tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: dial},
 					Admission: admission.Config{Circuit: circuit.Config{SlowCallDuration: time.Second}}})
 				if err != nil {
 					t.Fatal(err)

@@ -106,7 +106,7 @@ func TestEveryFaultIsClassifiedOnEveryProtocol(t *testing.T) {
 					ctx := context.Background()
 					if fc.timeout > 0 {
 						var cancel context.CancelFunc
-						ctx, cancel = context.WithTimeoutCause(ctx, fc.timeout, attempt.ErrAttemptTimeout)
+						ctx, cancel = context.WithTimeoutCause(ctx, fc.timeout, classify.ErrAttemptTimeout)
 						defer cancel()
 					}
 					id := t.Name()

@@ -22,7 +22,7 @@ func newServer(t *testing.T, p outboundtest.Proto) *outboundtest.Server {
 
 func newTransport(t *testing.T, s *outboundtest.Server, cfg attempt.Config) *attempt.Attempter {
 	t.Helper()
-	cfg.Transport = s.Transport()
+	cfg.HTTPTransport = s.Transport()
 	return newTransportWith(t, cfg)
 }
 

@@ -17,7 +17,7 @@ func TestIdleConnTimeoutCountsFromTheLastRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
-			Transport:       &http.Transport{DialContext: u.dial},
+			HTTPTransport:   &http.Transport{DialContext: u.dial},
 			IdleConnTimeout: 10 * time.Second,
 		})
 		if err != nil {

@@ -27,7 +27,7 @@ func TestCloseLeavesNoGoroutineBehind(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for _, p := range protos {
 		s := outboundtest.NewServer(p)
-		tr, err := attempt.New(attempt.Config{Transport: s.Transport()})
+		tr, err := attempt.New(attempt.Config{HTTPTransport: s.Transport()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,7 @@ func TestAGoAwayInTheSocketIsReadBeforeAFailedWriteEndsTheStream(t *testing.T) {
 				watched.Store(round.Load(), w)
 				return w, nil
 			}
-			tr := newTransportWith(t, attempt.Config{Transport: base})
+			tr := newTransportWith(t, attempt.Config{HTTPTransport: base})
 			seen := 0
 			for i := range 40 {
 				id := fmt.Sprint("round-", i)
@@ -215,7 +215,7 @@ func TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify(t 
 		conns <- hc
 		return hc, nil
 	}
-	tr := newTransportWith(t, attempt.Config{Transport: base})
+	tr := newTransportWith(t, attempt.Config{HTTPTransport: base})
 	warm, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	if o := roundTrip(tr, warm); o.status != 200 {
 		t.Fatalf("warm-up: %+v", o)
@@ -314,7 +314,7 @@ func TestARequestThatCannotBeResentKeepsOffAConnectionAboutToBeClosedForIdling(t
 				dials.Add(1)
 				return (&net.Dialer{}).DialContext(ctx, network, addr)
 			}
-			tr := newTransportWith(t, attempt.Config{Transport: base})
+			tr := newTransportWith(t, attempt.Config{HTTPTransport: base})
 			call := func(method string, unretryable bool) {
 				t.Helper()
 				req, _ := http.NewRequest(method, srv.URL, nil)

@@ -96,8 +96,8 @@ func TestAnUncomparableContextOrBodyIsSentWithoutPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u := &pipeUpstream{}
 		tr, err := attempt.New(attempt.Config{
-			Transport: &http.Transport{DialContext: u.dial},
-			Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 4}},
+			HTTPTransport: &http.Transport{DialContext: u.dial},
+			Admission:     admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 4}},
 		})
 		if err != nil {
 			t.Fatal(err)

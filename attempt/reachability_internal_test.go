@@ -44,7 +44,7 @@ func TestAClosedConnectionIsUnreachable(t *testing.T) {
 	for _, how := range []string{"CloseIdleConnections", "the idle timeout"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tr, err := New(Config{Transport: &http.Transport{DialContext: pipeDial, MaxIdleConns: 10}, IdleConnTimeout: time.Minute})
+				tr, err := New(Config{HTTPTransport: &http.Transport{DialContext: pipeDial, MaxIdleConns: 10}, IdleConnTimeout: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -103,7 +103,7 @@ func TestAClosedConnectionIsUnreachable(t *testing.T) {
 func TestForgottenUpstreamsGiveTheirMemoryBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		refused := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("refused") }
-		tr, err := New(Config{Transport: &http.Transport{DialContext: refused}, UpstreamIdleTime: time.Minute})
+		tr, err := New(Config{HTTPTransport: &http.Transport{DialContext: refused}, UpstreamIdleTime: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/classify"
 )
 
 // What an Attempter keeps per upstream (its admission pipeline), per address
@@ -39,14 +40,8 @@ import (
 //
 // MaxUpstreams caps the upstreams kept: a new one beyond it makes room by
 // forgetting the least recently used that hold nothing, whatever their idle
-// time, and is refused (ErrTooManyUpstreams, a local rejection) when none
+// time, and is refused (classify.ErrTooManyUpstreams, a local rejection) when none
 // does — an outage is never forgotten to make room.
-
-// ErrTooManyUpstreams is the error of a call to a new upstream when
-// Config.MaxUpstreams upstreams are kept and none of them can be forgotten
-// (each holds a permit, or its breaker is not CLOSED). The call was not
-// sent.
-var ErrTooManyUpstreams = errors.New("outbound: too many upstreams (Config.MaxUpstreams), none of which can be forgotten")
 
 const (
 	// defaultUpstreamIdleTime is how long an idle upstream is kept.
@@ -287,7 +282,7 @@ func (t *Attempter) upstreamLocked(key string) (*upstream, error) {
 		return u, nil
 	}
 	if t.maxUpstreams > 0 && len(t.upstreams) >= t.maxUpstreams && !t.makeRoomLocked() {
-		return nil, ErrTooManyUpstreams
+		return nil, classify.ErrTooManyUpstreams
 	}
 	cfg := t.admission
 	cfg.Upstream = key

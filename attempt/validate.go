@@ -1,10 +1,10 @@
 package attempt
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 
+	"github.com/outboundhq/outbound/classify"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -13,15 +13,8 @@ type invalidRequest struct{ why string }
 
 func (e *invalidRequest) Error() string { return "outbound: invalid request: " + e.why }
 
-// Is makes errors.Is(err, ErrInvalidRequest) hold.
-func (e *invalidRequest) Is(target error) bool { return target == ErrInvalidRequest }
-
-// ErrInvalidRequest matches, with errors.Is, the error of an attempt whose
-// request net/http would refuse to send: an invalid method, header or trailer
-// field, or Host; a control character in the URL's query; a ContentLength
-// without a Body. Such a request is refused before it asks any guard, so it
-// is never an upstream failure and never retried.
-var ErrInvalidRequest = errors.New("invalid request")
+// Is makes errors.Is(err, classify.ErrInvalidRequest) hold.
+func (e *invalidRequest) Is(target error) bool { return target == classify.ErrInvalidRequest }
 
 // validate checks req as net/http does before it writes a byte of it, so that
 // a request it would refuse is refused here, before admission, with an

@@ -31,8 +31,8 @@ func clients() []client {
 		{"bare", func(tb testing.TB) http.RoundTripper { return closing(tb, innerTransport()) }},
 		{"outbound", func(tb testing.TB) http.RoundTripper {
 			t, err := outbound.New(outbound.Config{
-				Transport: innerTransport(), // cloned: outbound keeps its own connections
-				Admission: outboundAdmissionConfig(""),
+				HTTPTransport: innerTransport(), // cloned: outbound keeps its own connections
+				Admission:     outboundAdmissionConfig(""),
 			})
 			if err != nil {
 				tb.Fatal(err)

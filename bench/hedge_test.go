@@ -75,10 +75,10 @@ func BenchmarkHedging(b *testing.B) {
 			rt   func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper
 		}{
 			{"outbound", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{Transport: slowTailTransport(h2c)}, hedges)
+				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c)}, hedges)
 			}},
 			{"outbound-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{Transport: slowTailTransport(h2c),
+				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c),
 					Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, hedges)
 			}},
 			{"failsafe-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {

@@ -89,7 +89,7 @@ func newLoopClient(tb testing.TB, name, url string) loopClient {
 		if name == "outbound-adaptive" {
 			bh = bulkhead.Config{Adaptive: true, MaxConcurrent: 200}
 		}
-		t, err := outbound.New(outbound.Config{Transport: inner(), MaxAttempts: 1,
+		t, err := outbound.New(outbound.Config{HTTPTransport: inner(), MaxAttempts: 1,
 			Admission: admission.Config{Bulkhead: bh}})
 		if err != nil {
 			tb.Fatal(err)
@@ -294,7 +294,7 @@ func throttleLoopback(tb testing.TB, name string, d time.Duration) float64 {
 	allow, record := func() bool { return true }, func(bool) {}
 	switch name {
 	case "outbound":
-		t, err := outbound.New(outbound.Config{Transport: inner, MaxAttempts: 1,
+		t, err := outbound.New(outbound.Config{HTTPTransport: inner, MaxAttempts: 1,
 			Admission: admission.Config{Throttle: throttle.Config{Enabled: true, K: k, Window: window}}})
 		if err != nil {
 			tb.Fatal(err)

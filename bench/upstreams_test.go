@@ -132,7 +132,7 @@ func measureUpstreams(t *testing.T, side, addr string, n int, live bool) usage {
 	if side != "net/http" {
 		// A tiny backoff: a dead upstream's call makes its three attempts
 		// without waiting; the test measures memory, not retries.
-		cfg := outbound.Config{Transport: tr, UpstreamIdleTime: idleTime,
+		cfg := outbound.Config{HTTPTransport: tr, UpstreamIdleTime: idleTime,
 			Backoff: retry.Backoff{Initial: time.Microsecond, Max: time.Microsecond}}
 		if side == "outbound5m" {
 			cfg.UpstreamIdleTime = 0 // the default

@@ -145,7 +145,7 @@ func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
 	e := &env{ctx: ctx, sc: s, hooks: opts.Hooks, observe: opts.Observe, user: opts.Config, fleet: opts.Fleet, start: time.Now(),
 		res: ScenarioResult{Name: s.Name, Title: s.Title, Protocol: s.Proto.String(), Expect: s.Expect,
 			Checks: []Check{}, Attempts: map[string]int{}, Commits: map[string]int{}, Rejections: map[string]int{},
-			Transitions: []Transition{}, Events: []Event{}}}
+			Transitions: []Transition{}, Events: []Mark{}}}
 	e.srv = outboundtest.NewServer(s.Proto)
 	defer func() {
 		if e.client != nil {
@@ -211,19 +211,19 @@ func (e *env) build(own outbound.Config) (*outbound.Transport, outbound.Config) 
 // the fault upstream's TLS roots and protocols, its hooks, the timeline.
 func (e *env) buildFrom(cfg outbound.Config) (*outbound.Transport, outbound.Config) {
 	base := e.srv.Transport()
-	if cfg.Transport != nil {
-		t := cfg.Transport.Clone()
+	if cfg.HTTPTransport != nil {
+		t := cfg.HTTPTransport.Clone()
 		t.TLSClientConfig, t.Protocols, t.Proxy = base.TLSClientConfig, base.Protocols, nil
 		base = t
 	}
-	cfg.Transport = base
+	cfg.HTTPTransport = base
 	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, e.hooks)
 	user := cfg.Admission.OnEvent
 	cfg.Admission.OnEvent = func(ev admission.Event) {
 		if ev.Kind == admission.Transition {
 			e.mu.Lock()
 			e.res.Transitions = append(e.res.Transitions, Transition{AtMs: e.now(), From: ev.Transition.From.String(),
-				To: ev.Transition.To.String(), Reason: ev.Transition.Reason.String()})
+				To: ev.Transition.To.String(), Reason: ev.Transition.Cause.String()})
 			e.mu.Unlock()
 		}
 		if user != nil {
@@ -326,7 +326,7 @@ func (e *env) record(since time.Duration, out *outcome.Outcome) {
 	e.res.Retries += max(len(out.Attempts)-1, 0)
 	at := since // summed as a duration, rounded once: no float drift
 	for _, a := range out.Attempts {
-		ev := Event{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
+		ev := Mark{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
 			Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous}
 		if a.Guard != 0 {
 			ev.Guard = a.Guard.String()

@@ -368,7 +368,7 @@ var markKinds = [...]struct{ class, legend, verb string }{
 }
 
 // kindIndex is the position of e's class in markKinds.
-func kindIndex(e Event) int {
+func kindIndex(e Mark) int {
 	switch e.Category {
 	case "Answered":
 		if e.Failure {
@@ -386,7 +386,7 @@ func kindIndex(e Event) int {
 }
 
 // markTitle is the tooltip of one attempt.
-func markTitle(e Event) string {
+func markTitle(e Mark) string {
 	var b strings.Builder
 	b.WriteString(orDash(e.Category))
 	if e.Status != 0 {
@@ -482,7 +482,7 @@ func buildTimeline(s *ScenarioResult) timelineView {
 
 // drawLanes draws one mark per attempt, on lanes of calls (see assignLanes),
 // and returns the lanes' height and what the caption should say about them.
-func (tl *timelineView) drawLanes(events []Event, x func(float64) float64, top float64) (float64, []string) {
+func (tl *timelineView) drawLanes(events []Mark, x func(float64) float64, top float64) (float64, []string) {
 	laneOf, lanes, packed := assignLanes(events, x)
 	pitch, markH := 12.0, 8.0 // whole units keep the coordinates short
 	if lanes > 24 {           // then maxRows lanes take at most 280 units
@@ -527,7 +527,7 @@ func (tl *timelineView) drawLanes(events []Event, x func(float64) float64, top f
 // marks count: a call goes on the first lane that is free when it starts,
 // and if none is, on the lane that frees up first — the only case in which
 // marks may overlap.
-func assignLanes(events []Event, x func(float64) float64) (laneOf map[int]int, lanes int, packed bool) {
+func assignLanes(events []Mark, x func(float64) float64) (laneOf map[int]int, lanes int, packed bool) {
 	type span struct {
 		call       int
 		start, end float64
@@ -585,7 +585,7 @@ func assignLanes(events []Event, x func(float64) float64) (laneOf map[int]int, l
 // scenario, each stacking the attempts of every kind that started in it,
 // scaled so that the fullest column is height tall. Nothing is left out and
 // the page stays small; what is lost is the single attempt and its tooltip.
-func histogram(events []Event, end float64, x func(float64) float64, top, height float64) (bars []svgBar, labels []svgLabel, bucketMs float64) {
+func histogram(events []Mark, end float64, x func(float64) float64, top, height float64) (bars []svgBar, labels []svgLabel, bucketMs float64) {
 	bucketMs = end / histBuckets
 	counts := make([][len(markKinds)]int, histBuckets)
 	totals := make([]int, histBuckets)

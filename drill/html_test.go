@@ -66,7 +66,7 @@ func synthRecovery() ScenarioResult {
 		Retries: 14,
 	}
 	add := func(call int, at, ms float64, cat string, status int, guard string, failure bool) {
-		s.Events = append(s.Events, Event{AtMs: at, Millis: ms, Call: call, Category: cat, Status: status, Guard: guard, Failure: failure})
+		s.Events = append(s.Events, Mark{AtMs: at, Millis: ms, Call: call, Category: cat, Status: status, Guard: guard, Failure: failure})
 	}
 	call := 0
 	// CLOSED: healthy, then a burst of 503s with one retry each.
@@ -139,13 +139,13 @@ func synthFailed() ScenarioResult {
 		at := float64(call) * 30
 		switch call % 4 {
 		case 0:
-			s.Events = append(s.Events, Event{AtMs: at, Millis: 25, Call: call, Category: "Ambiguous", Failure: true},
-				Event{AtMs: at + 40, Millis: 12, Call: call, Category: "Answered", Status: 200})
+			s.Events = append(s.Events, Mark{AtMs: at, Millis: 25, Call: call, Category: "Ambiguous", Failure: true},
+				Mark{AtMs: at + 40, Millis: 12, Call: call, Category: "Answered", Status: 200})
 		case 1:
-			s.Events = append(s.Events, Event{AtMs: at, Millis: 2, Call: call, Category: "NotSent"},
-				Event{AtMs: at + 5, Millis: 10, Call: call, Category: "Answered", Status: 200})
+			s.Events = append(s.Events, Mark{AtMs: at, Millis: 2, Call: call, Category: "NotSent"},
+				Mark{AtMs: at + 5, Millis: 10, Call: call, Category: "Answered", Status: 200})
 		default:
-			s.Events = append(s.Events, Event{AtMs: at, Millis: 14, Call: call, Category: "Answered", Status: 200})
+			s.Events = append(s.Events, Mark{AtMs: at, Millis: 14, Call: call, Category: "Answered", Status: 200})
 		}
 	}
 	return s
@@ -167,7 +167,7 @@ func synthBusy(name string, n int) ScenarioResult {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := ScenarioResult{Name: name, Title: "busy", Protocol: "HTTP1", Passed: true, Millis: 10000, Calls: n}
 	for i := 0; i < n; i++ {
-		e := Event{AtMs: rng.Float64() * 9990, Millis: rng.Float64() * 8, Call: i + 1}
+		e := Mark{AtMs: rng.Float64() * 9990, Millis: rng.Float64() * 8, Call: i + 1}
 		switch i % 5 {
 		case 0:
 			e.Category, e.Status = "Answered", 200
@@ -439,7 +439,7 @@ func TestBreakerBandFollowsTheTransitions(t *testing.T) {
 
 	// No transitions: one CLOSED segment over the whole scenario; the end is
 	// the last attempt's end when that is after the duration.
-	s = ScenarioResult{Millis: 100, Events: []Event{{AtMs: 90, Millis: 30}}}
+	s = ScenarioResult{Millis: 100, Events: []Mark{{AtMs: 90, Millis: 30}}}
 	if got := stateSpans(nil, scenarioEnd(&s)); fmt.Sprint(got) != "[{0 120 CLOSED initial state}]" {
 		t.Errorf("no transitions: %v", got)
 	}
@@ -447,7 +447,7 @@ func TestBreakerBandFollowsTheTransitions(t *testing.T) {
 
 func TestTimelineStaysReadableFromZeroToThousandsOfAttempts(t *testing.T) {
 	one := ScenarioResult{Name: "one", Passed: true, Millis: 50, Calls: 1,
-		Events: []Event{{AtMs: 10, Millis: 0.01, Call: 1, Category: "Answered", Status: 200}}}
+		Events: []Mark{{AtMs: 10, Millis: 0.01, Call: 1, Category: "Answered", Status: 200}}}
 	many := synthBusy("many", maxMarks)
 	for i := range many.Events {
 		many.Events[i].Call = i/10 + 1 // calls of 10 attempts

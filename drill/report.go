@@ -32,7 +32,7 @@ type ScenarioResult struct {
 
 	// Timeline, in milliseconds from the scenario's start.
 	Transitions []Transition `json:"transitions"`
-	Events      []Event      `json:"events"`
+	Events      []Mark       `json:"events"`
 }
 
 // Check is one verdict: what must hold, and what was seen.
@@ -51,8 +51,8 @@ type Transition struct {
 	Reason string  `json:"reason"`
 }
 
-// Event is one attempt, drawn as a mark on the timeline.
-type Event struct {
+// Mark is one attempt, drawn as a mark on the timeline.
+type Mark struct {
 	AtMs     float64 `json:"at_ms"` // when it started
 	Millis   float64 `json:"duration_ms"`
 	Call     int     `json:"call"`     // which call (1-based) it belongs to

@@ -247,7 +247,7 @@ func TestHAProxyAnswersRefusedStreamForARequestItsBackendExecuted(t *testing.T) 
 				t.Fatalf("the connection is going away (Err %v, Available %d): this test expects a healthy one", cc.Err(), cc.Available())
 			}
 
-			ob, err := outbound.New(outbound.Config{Transport: &http.Transport{Protocols: m.protos(), TLSClientConfig: ca.clientConfig()},
+			ob, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{Protocols: m.protos(), TLSClientConfig: ca.clientConfig()},
 				DistrustRefusedStream: func(string) bool { return true }})
 			if err != nil {
 				t.Fatal(err)

@@ -216,7 +216,7 @@ func newPair(t *testing.T, m mode, ca *authority) *pair {
 		return &http.Transport{Protocols: m.protos(), TLSClientConfig: ca.clientConfig(), MaxIdleConnsPerHost: 64}
 	}
 	p := &pair{}
-	ob, err := outbound.New(outbound.Config{Transport: base(), Timeout: 10 * time.Second, AttemptTimeout: 5 * time.Second,
+	ob, err := outbound.New(outbound.Config{HTTPTransport: base(), Timeout: 10 * time.Second, AttemptTimeout: 5 * time.Second,
 		Hooks: outbound.Hooks{Guard: func(e admission.Event) {
 			if e.Kind == admission.Transition && e.Transition.To == circuit.Open {
 				p.opened.Add(1)

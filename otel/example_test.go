@@ -36,7 +36,7 @@ func ExampleHooks_prometheus() {
 	upstream := outboundtest.NewServer(outboundtest.HTTP1)
 	defer upstream.Close()
 	upstream.Enqueue(outboundtest.Respond(503))
-	cfg.Transport = upstream.Transport()
+	cfg.HTTPTransport = upstream.Transport()
 
 	hooks, err := outboundotel.Hooks(outboundotel.WithMeterProvider(mp)) // and WithTracerProvider(tp) for spans
 	if err != nil {

@@ -71,7 +71,7 @@ func TestTheDrillsMetricsCarryTheNamesTheExporterGives(t *testing.T) {
 
 	s := outboundtest.NewServer(outboundtest.HTTP1)
 	defer s.Close()
-	tr, err := outbound.New(outbound.Config{Transport: s.Transport(), Hooks: outbound.ComposeHooks(hooks, drill.Hooks()),
+	tr, err := outbound.New(outbound.Config{HTTPTransport: s.Transport(), Hooks: outbound.ComposeHooks(hooks, drill.Hooks()),
 		Backoff:   retry.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
 		Budget:    retry.BudgetConfig{MaxTokens: 2},
 		Admission: admission.Config{Circuit: circuit.Config{WindowSize: 6, MinimumCalls: 6}}})

@@ -52,7 +52,7 @@ func newEnv(t *testing.T, p outboundtest.Proto, cfg outbound.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Transport, cfg.Hooks = e.s.Transport(), outbound.ComposeHooks(hooks, cfg.Hooks) // the module's first
+	cfg.HTTPTransport, cfg.Hooks = e.s.Transport(), outbound.ComposeHooks(hooks, cfg.Hooks) // the module's first
 	if cfg.Backoff == (retry.Backoff{}) {
 		cfg.Backoff = retry.Backoff{Initial: 1, Max: 1, Jitter: -1} // no waiting between attempts
 	}
@@ -492,7 +492,7 @@ func TestDefaultsToTheGlobalProviders(t *testing.T) {
 	// The globals are no-ops until set: the hooks must still work.
 	s := outboundtest.NewServer(outboundtest.HTTP1)
 	defer s.Close()
-	tr, err := outbound.New(outbound.Config{Transport: s.Transport(), Hooks: h})
+	tr, err := outbound.New(outbound.Config{HTTPTransport: s.Transport(), Hooks: h})
 	if err != nil {
 		t.Fatal(err)
 	}

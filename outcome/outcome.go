@@ -47,7 +47,7 @@ func (c Commit) String() string {
 	return fmt.Sprintf("Commit(%d)", uint8(c))
 }
 
-// Sentinels matched by *Error with errors.Is.
+// Sentinels matched by *CallError with errors.Is.
 var (
 	// ErrUnknown: the call may or may not have been processed.
 	ErrUnknown = errors.New("commit status unknown: the upstream may have processed the call")
@@ -136,38 +136,38 @@ func (o *Outcome) String() string {
 	return b.String()
 }
 
-// Error is a call that ended without a response. errors.Is matches
+// CallError is a call that ended without a response. errors.Is matches
 // ErrUnknown or ErrNotCommitted by its commit status, and, through Unwrap,
 // the last attempt's *classify.Error and its cause (or the context's error).
-type Error struct {
+type CallError struct {
 	Outcome *Outcome
 	Err     error
 }
 
-func (e *Error) Error() string {
+func (e *CallError) Error() string {
 	o := e.Outcome
 	return fmt.Sprintf("outbound: %s %s: %s after %d attempt(s) (%v): %v",
 		o.Method, o.Upstream, o.Commit, len(o.Attempts), o.Reason, e.Err)
 }
 
 // Unwrap returns the last attempt's error, or the context's.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *CallError) Unwrap() error { return e.Err }
 
 // Timeout reports whether the call ended because time ran out — its
 // deadline, a per-attempt timeout, or a network timeout — as net/http
 // reports it: e is then a net.Error whose Timeout is true, os.IsTimeout(e)
 // holds, and errors.Is(e, context.DeadlineExceeded) holds for a deadline or
 // a per-attempt timeout.
-func (e *Error) Timeout() bool {
+func (e *CallError) Timeout() bool {
 	var t interface{ Timeout() bool }
 	return errors.As(e.Err, &t) && t.Timeout()
 }
 
 // Temporary is Timeout, for the net.Error interface.
-func (e *Error) Temporary() bool { return e.Timeout() }
+func (e *CallError) Temporary() bool { return e.Timeout() }
 
 // Is matches the sentinel of the commit status.
-func (e *Error) Is(target error) bool {
+func (e *CallError) Is(target error) bool {
 	switch target {
 	case ErrUnknown:
 		return e.Outcome.Commit == Unknown

@@ -38,7 +38,7 @@ func TestErrorMatchesItsCommitStatusAndUnwrapsTheAttempt(t *testing.T) {
 		Evidence: classify.EvidenceBytesWritten, Err: syscall.ECONNRESET}
 	o := &outcome.Outcome{Upstream: "u", Method: "POST", Attempts: []outcome.Attempt{{Category: classify.Ambiguous}}}
 	o.Commit = outcome.CommitOf(o.Attempts)
-	err := error(&outcome.Error{Outcome: o, Err: cause})
+	err := error(&outcome.CallError{Outcome: o, Err: cause})
 	if !errors.Is(err, outcome.ErrUnknown) || errors.Is(err, outcome.ErrNotCommitted) ||
 		!errors.Is(err, classify.ErrAmbiguous) || !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("errors.Is chain broken: %v", err)

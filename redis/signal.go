@@ -120,7 +120,7 @@ func (s *Signal) Replica() string { return s.replica }
 func (s *Signal) Observe(e admission.Event) {
 	tr := e.Transition
 	if e.Kind != admission.Transition || tr.To != circuit.Open || tr.From != circuit.Closed ||
-		(tr.Reason != circuit.ReasonFailureRate && tr.Reason != circuit.ReasonSlowCallRate) ||
+		(tr.Cause != circuit.CauseFailureRate && tr.Cause != circuit.CauseSlowCallRate) ||
 		strings.ContainsAny(e.Upstream, "\t\n") {
 		return
 	}

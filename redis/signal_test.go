@@ -60,7 +60,7 @@ func TestSignalWorker(t *testing.T) {
 		OnEvent: func(e admission.Event) {
 			sig.Observe(e)
 			if e.Kind == admission.Transition && e.Transition.To == circuit.Open {
-				say("open %d %v", time.Now().UnixNano(), e.Transition.Reason)
+				say("open %d %v", time.Now().UnixNano(), e.Transition.Cause)
 			}
 		},
 	}})
@@ -221,16 +221,16 @@ func TestOnlyAnOpeningFromClosedOnItsOwnEvidenceIsPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sig.Close()
-	open := func(from circuit.State, r circuit.Reason) admission.Event {
+	open := func(from circuit.State, r circuit.Cause) admission.Event {
 		return admission.Event{Upstream: "up", Kind: admission.Transition,
-			Transition: circuit.Transition{From: from, To: circuit.Open, Reason: r, Wait: time.Minute}}
+			Transition: circuit.Transition{From: from, To: circuit.Open, Cause: r, Wait: time.Minute}}
 	}
 	for _, e := range []admission.Event{
-		open(circuit.HalfOpen, circuit.ReasonFailureRate),
-		open(circuit.Closed, circuit.ReasonOpenFor),
-		open(circuit.Closed, circuit.ReasonManual),
-		open(circuit.Closed, circuit.ReasonSlowCallRate),
-		open(circuit.Closed, circuit.ReasonFailureRate),
+		open(circuit.HalfOpen, circuit.CauseFailureRate),
+		open(circuit.Closed, circuit.CauseOpenFor),
+		open(circuit.Closed, circuit.CauseManual),
+		open(circuit.Closed, circuit.CauseSlowCallRate),
+		open(circuit.Closed, circuit.CauseFailureRate),
 	} {
 		sig.Observe(e)
 	}
@@ -306,7 +306,7 @@ func TestAnOpeningDeliveredAfterItsPublicationTimedOutIsDropped(t *testing.T) {
 	}
 	defer pub.Close()
 	opening := admission.Event{Upstream: "up", Kind: admission.Transition,
-		Transition: circuit.Transition{From: circuit.Closed, To: circuit.Open, Reason: circuit.ReasonFailureRate, Wait: time.Minute}}
+		Transition: circuit.Transition{From: circuit.Closed, To: circuit.Open, Cause: circuit.CauseFailureRate, Wait: time.Minute}}
 
 	srv.Pause()
 	pub.Observe(opening)

@@ -196,7 +196,7 @@ type stressScenario struct {
 	// atRate says that Redis answers throughout and the processes have the
 	// processor: the healthy upstream must get at least 90 % of the rate.
 	atRate bool
-	fault  func(t *testing.T, srv *redistest.Server, c rueidis.Client, at func(time.Duration))
+	fault  func(t *testing.T, srv *redistest.Redis, c rueidis.Client, at func(time.Duration))
 }
 
 // stressBound is the most the fleet may admit for one upstream over d: the
@@ -234,7 +234,7 @@ func TestTheFleetLimitHoldsUnderStress(t *testing.T) {
 	}
 	const rate, burst, procs = 2000.0, 200, 4
 	const d = 5 * time.Second
-	freeze := func(srv *redistest.Server, for_ time.Duration) {
+	freeze := func(srv *redistest.Redis, for_ time.Duration) {
 		srv.Pause()
 		time.Sleep(for_) // the fault's length, not a timing assertion
 		srv.Resume()
@@ -242,30 +242,30 @@ func TestTheFleetLimitHoldsUnderStress(t *testing.T) {
 	scenarios := []stressScenario{
 		{name: "healthy", healthy: true, atRate: true},
 		{name: "starved clients", healthy: true, busy: 16, maxProcs: 1},
-		{name: "CLIENT PAUSE 500ms", healthy: true, fault: func(t *testing.T, _ *redistest.Server, c rueidis.Client, at func(time.Duration)) {
+		{name: "CLIENT PAUSE 500ms", healthy: true, fault: func(t *testing.T, _ *redistest.Redis, c rueidis.Client, at func(time.Duration)) {
 			at(2 * time.Second)
 			if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("500").Build()).Error(); err != nil {
 				t.Errorf("CLIENT PAUSE: %v", err)
 			}
 		}},
-		{name: "SIGSTOP 2s", fault: func(t *testing.T, srv *redistest.Server, _ rueidis.Client, at func(time.Duration)) {
+		{name: "SIGSTOP 2s", fault: func(t *testing.T, srv *redistest.Redis, _ rueidis.Client, at func(time.Duration)) {
 			at(time.Second)
 			freeze(srv, 2*time.Second)
 		}},
-		{name: "flapping 150ms/s", healthy: true, fault: func(t *testing.T, srv *redistest.Server, _ rueidis.Client, at func(time.Duration)) {
+		{name: "flapping 150ms/s", healthy: true, fault: func(t *testing.T, srv *redistest.Redis, _ rueidis.Client, at func(time.Duration)) {
 			for i := range 5 {
 				at(time.Duration(i)*time.Second + 400*time.Millisecond)
 				freeze(srv, 150*time.Millisecond)
 			}
 		}},
-		{name: "restart, data lost", restarts: 1, fault: func(t *testing.T, srv *redistest.Server, _ rueidis.Client, at func(time.Duration)) {
+		{name: "restart, data lost", restarts: 1, fault: func(t *testing.T, srv *redistest.Redis, _ rueidis.Client, at func(time.Duration)) {
 			at(2 * time.Second)
 			srv.Kill()
 			time.Sleep(500 * time.Millisecond) // Redis down for a while: the fault, not a timing assertion
 			srv.Restart()
 		}},
 		{name: "WRONGTYPE key", healthy: true, atRate: true, breakBadKey: true},
-		{name: "maxmemory", fault: func(t *testing.T, _ *redistest.Server, c rueidis.Client, at func(time.Duration)) {
+		{name: "maxmemory", fault: func(t *testing.T, _ *redistest.Redis, c rueidis.Client, at func(time.Duration)) {
 			at(2 * time.Second)
 			set := func(v string) {
 				if err := c.Do(context.Background(), c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {

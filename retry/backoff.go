@@ -29,7 +29,7 @@ type Backoff struct {
 func (b Backoff) Validate() error {
 	d := b.withDefaults()
 	bad := func(field, format string, args ...any) error {
-		return &cfgerr.Error{Pkg: "retry", Type: "Backoff", Path: []string{field}, Issue: fmt.Sprintf(format, args...)}
+		return &cfgerr.FieldError{Pkg: "retry", Type: "Backoff", Path: []string{field}, Issue: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case b.Initial < 0:

@@ -44,10 +44,10 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 		cfg.TokenRatio = 0.1
 	}
 	if !(cfg.MaxTokens > 0 && cfg.MaxTokens <= 1e6) {
-		return nil, &cfgerr.Error{Pkg: "retry", Type: "BudgetConfig", Path: []string{"MaxTokens"}, Issue: fmt.Sprintf("must be in (0, 1e6], got %v", cfg.MaxTokens)}
+		return nil, &cfgerr.FieldError{Pkg: "retry", Type: "BudgetConfig", Path: []string{"MaxTokens"}, Issue: fmt.Sprintf("must be in (0, 1e6], got %v", cfg.MaxTokens)}
 	}
 	if !(cfg.TokenRatio > 0 && cfg.TokenRatio <= cfg.MaxTokens) {
-		return nil, &cfgerr.Error{Pkg: "retry", Type: "BudgetConfig", Path: []string{"TokenRatio"}, Issue: fmt.Sprintf("must be in (0, MaxTokens], got %v", cfg.TokenRatio)}
+		return nil, &cfgerr.FieldError{Pkg: "retry", Type: "BudgetConfig", Path: []string{"TokenRatio"}, Issue: fmt.Sprintf("must be in (0, MaxTokens], got %v", cfg.TokenRatio)}
 	}
 	b := &Budget{max: int64(math.Round(cfg.MaxTokens * 1000)), ratio: int64(math.Round(cfg.TokenRatio * 1000))}
 	b.milli.Store(b.max)

@@ -48,7 +48,7 @@ func newChurn(srv *outboundtest.Server) *churn {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}
 	tr.MaxIdleConns, tr.IdleConnTimeout = 64, churnIdle
-	client, err := outbound.New(outbound.Config{Transport: tr, UpstreamIdleTime: churnIdle, Timeout: 2 * time.Second,
+	client, err := outbound.New(outbound.Config{HTTPTransport: tr, UpstreamIdleTime: churnIdle, Timeout: 2 * time.Second,
 		Backoff: retry.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Hooks:   outbound.Hooks{UpstreamForgotten: func(string) { c.forgotten.Add(1) }}})
 	if err != nil {

@@ -178,7 +178,7 @@ const (
 func newUpstream(p outboundtest.Proto, g guards) *upstream {
 	u := &upstream{name: p.String(), srv: outboundtest.NewServer(p), events: &eventCount{n: map[string]int{}}}
 	cfg := outbound.Config{
-		Transport: u.srv.Transport(),
+		HTTPTransport: u.srv.Transport(),
 		Admission: admission.Config{
 			Circuit: circuit.Config{WindowSize: 20, MinimumCalls: 10, WaitInOpen: 200 * time.Millisecond,
 				PermittedCallsInHalfOpen: 3, MaxWaitInHalfOpen: time.Second},

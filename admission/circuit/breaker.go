@@ -70,48 +70,48 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// Reason says why a transition happened.
-type Reason uint8
+// Cause says why a transition happened.
+type Cause uint8
 
 const (
-	ReasonFailureRate     Reason = iota + 1 // the failure rate reached its threshold
-	ReasonSlowCallRate                      // the slow-call rate reached its threshold
-	ReasonWaitElapsed                       // WaitInOpen passed
-	ReasonTrialsPassed                      // the HALF_OPEN trial calls were healthy
-	ReasonHalfOpenTimeout                   // MaxWaitInHalfOpen passed before the trials decided
-	ReasonManual                            // SetState
-	ReasonOpenFor                           // OpenFor: opened for a set time, as the upstream asked
+	CauseFailureRate     Cause = iota + 1 // the failure rate reached its threshold
+	CauseSlowCallRate                     // the slow-call rate reached its threshold
+	CauseWaitElapsed                      // WaitInOpen passed
+	CauseTrialsPassed                     // the HALF_OPEN trial calls were healthy
+	CauseHalfOpenTimeout                  // MaxWaitInHalfOpen passed before the trials decided
+	CauseManual                           // SetState
+	CauseOpenFor                          // OpenFor: opened for a set time, as the upstream asked
 )
 
-func (r Reason) String() string {
+func (r Cause) String() string {
 	switch r {
-	case ReasonFailureRate:
+	case CauseFailureRate:
 		return "failure rate"
-	case ReasonSlowCallRate:
+	case CauseSlowCallRate:
 		return "slow-call rate"
-	case ReasonWaitElapsed:
+	case CauseWaitElapsed:
 		return "wait in open elapsed"
-	case ReasonTrialsPassed:
+	case CauseTrialsPassed:
 		return "trial calls passed"
-	case ReasonHalfOpenTimeout:
+	case CauseHalfOpenTimeout:
 		return "half-open max wait elapsed"
-	case ReasonManual:
+	case CauseManual:
 		return "set by operator"
-	case ReasonOpenFor:
+	case CauseOpenFor:
 		return "opened for a set time"
 	}
-	return fmt.Sprintf("Reason(%d)", uint8(r))
+	return fmt.Sprintf("Cause(%d)", uint8(r))
 }
 
 // Transition describes one state change.
 type Transition struct {
 	From, To   State
-	Reason     Reason
+	Cause      Cause
 	Generation uint64 // generation of the new state
 
 	// Rates in the window at the moment of the decision, in percent
-	// (meaningful for ReasonFailureRate, ReasonSlowCallRate and
-	// ReasonTrialsPassed).
+	// (meaningful for CauseFailureRate, CauseSlowCallRate and
+	// CauseTrialsPassed).
 	FailureRate, SlowCallRate float64
 
 	// Wait is how long the breaker stays OPEN, for a transition to OPEN
@@ -121,7 +121,7 @@ type Transition struct {
 }
 
 func (t Transition) String() string {
-	return fmt.Sprintf("%v->%v (%v)", t.From, t.To, t.Reason)
+	return fmt.Sprintf("%v->%v (%v)", t.From, t.To, t.Cause)
 }
 
 var (
@@ -285,12 +285,12 @@ func New(cfg Config) (*Breaker, error) {
 // State returns the current state.
 func (b *Breaker) State() State { return State(b.word.Load() & stateMask) }
 
-// Allow asks for permission to make one call. On success the returned Permit
+// Allow asks for permission to make one call. On success the returned Permission
 // must be resolved once with Success, Failure or Release.
-func (b *Breaker) Allow() (Permit, error) {
+func (b *Breaker) Allow() (Permission, error) {
 	w := b.word.Load()
 	if State(w&stateMask) == Closed {
-		return Permit{b: b, word: w}, nil
+		return Permission{b: b, word: w}, nil
 	}
 	return b.allowOther(w)
 }
@@ -298,26 +298,26 @@ func (b *Breaker) Allow() (Permit, error) {
 // TryAllow is Allow's fast path: it grants a permit at once while the
 // breaker is CLOSED, and otherwise returns no permit and false (then call
 // Allow).
-func (b *Breaker) TryAllow() (Permit, bool) {
+func (b *Breaker) TryAllow() (Permission, bool) {
 	w := b.word.Load()
 	if State(w&stateMask) != Closed {
-		return Permit{}, false
+		return Permission{}, false
 	}
-	return Permit{b: b, word: w}, true
+	return Permission{b: b, word: w}, true
 }
 
-func (b *Breaker) allowOther(w uint64) (Permit, error) {
+func (b *Breaker) allowOther(w uint64) (Permission, error) {
 	switch State(w & stateMask) {
 	case Closed, MetricsOnly, Disabled:
-		return Permit{b: b, word: w}, nil
+		return Permission{b: b, word: w}, nil
 	case HalfOpen:
 		return b.allowTrial(w)
 	}
 	b.refused()
-	return Permit{}, ErrOpen
+	return Permission{}, ErrOpen
 }
 
-func (b *Breaker) allowTrial(w uint64) (Permit, error) {
+func (b *Breaker) allowTrial(w uint64) (Permission, error) {
 	b.mu.Lock()
 	if b.word.Load() != w {
 		b.mu.Unlock()
@@ -326,19 +326,19 @@ func (b *Breaker) allowTrial(w uint64) (Permit, error) {
 	if b.issued >= b.set.Value().permitted {
 		b.mu.Unlock()
 		b.refused()
-		return Permit{}, ErrHalfOpenFull
+		return Permission{}, ErrHalfOpenFull
 	}
 	b.issued++
 	b.mu.Unlock()
-	return Permit{b: b, word: w}, nil
+	return Permission{b: b, word: w}, nil
 }
 
-// Permit is the permission for one call. The zero Permit belongs to no
-// breaker and resolving it does nothing. Resolve a Permit through one
-// variable only: a copy of a held Permit is the same permission, and
-// resolving both records its outcome twice. A Permit must not be resolved
+// Permission is the permission for one call. The zero Permission belongs to no
+// breaker and resolving it does nothing. Resolve a Permission through one
+// variable only: a copy of a held Permission is the same permission, and
+// resolving both records its outcome twice. A Permission must not be resolved
 // from two goroutines at once.
-type Permit struct {
+type Permission struct {
 	b    *Breaker // nil once resolved
 	word uint64
 }
@@ -352,20 +352,20 @@ const (
 )
 
 // Success records a successful call that took elapsed.
-func (p *Permit) Success(elapsed time.Duration) { p.resolve(success, elapsed) }
+func (p *Permission) Success(elapsed time.Duration) { p.resolve(success, elapsed) }
 
 // Failure records a failed call that took elapsed.
-func (p *Permit) Failure(elapsed time.Duration) { p.resolve(failure, elapsed) }
+func (p *Permission) Failure(elapsed time.Duration) { p.resolve(failure, elapsed) }
 
 // Release gives the permission back without an outcome: the call was stopped
 // by a later local guard or cancelled by the caller, and says nothing about
 // the upstream. In HALF_OPEN the trial slot becomes free again.
-func (p *Permit) Release() { p.resolve(release, 0) }
+func (p *Permission) Release() { p.resolve(release, 0) }
 
 // Resolved reports whether the permit has been resolved.
-func (p *Permit) Resolved() bool { return p.b == nil }
+func (p *Permission) Resolved() bool { return p.b == nil }
 
-func (p *Permit) resolve(o outcome, elapsed time.Duration) {
+func (p *Permission) resolve(o outcome, elapsed time.Duration) {
 	b := p.b
 	if b == nil {
 		return
@@ -424,7 +424,7 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 			if r != 0 {
 				tr = b.moveLocked(Open, r, fr, sr)
 			} else {
-				tr = b.moveLocked(Closed, ReasonTrialsPassed, fr, sr)
+				tr = b.moveLocked(Closed, CauseTrialsPassed, fr, sr)
 			}
 		}
 	}
@@ -433,21 +433,21 @@ func (b *Breaker) finish(word uint64, o outcome, elapsed time.Duration) {
 }
 
 // verdict returns the reason to open, or 0, and the rates in percent.
-func (b *Breaker) verdict(n, fail, slow int32) (Reason, float64, float64) {
+func (b *Breaker) verdict(n, fail, slow int32) (Cause, float64, float64) {
 	fr := float64(fail) * 100 / float64(n)
 	sr := float64(slow) * 100 / float64(n)
 	switch {
 	case fr >= b.set.Value().failPct:
-		return ReasonFailureRate, fr, sr
+		return CauseFailureRate, fr, sr
 	case sr >= b.set.Value().slowPct:
-		return ReasonSlowCallRate, fr, sr
+		return CauseSlowCallRate, fr, sr
 	}
 	return 0, fr, sr
 }
 
 // moveLocked starts a new generation in state to. b.mu must be held. An
 // OPEN state waits the next wait of the backoff (see openWait).
-func (b *Breaker) moveLocked(to State, r Reason, fr, sr float64) Transition {
+func (b *Breaker) moveLocked(to State, r Cause, fr, sr float64) Transition {
 	var wait time.Duration
 	if to == Open {
 		b.extLocked().openings++
@@ -457,7 +457,7 @@ func (b *Breaker) moveLocked(to State, r Reason, fr, sr float64) Transition {
 }
 
 // moveForLocked is moveLocked with the wait of an OPEN state given.
-func (b *Breaker) moveForLocked(to State, r Reason, fr, sr float64, wait time.Duration) Transition {
+func (b *Breaker) moveForLocked(to State, r Cause, fr, sr float64, wait time.Duration) Transition {
 	old := b.word.Load()
 	gen := old>>8 + 1
 	b.word.Store(gen<<8 | uint64(to))
@@ -485,7 +485,7 @@ func (b *Breaker) moveForLocked(to State, r Reason, fr, sr float64, wait time.Du
 			b.extLocked().timer = time.AfterFunc(b.set.Value().maxHalf, func() { b.onTimer(gen) })
 		}
 	}
-	tr := Transition{From: State(old & stateMask), To: to, Reason: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
+	tr := Transition{From: State(old & stateMask), To: to, Cause: r, Generation: gen, FailureRate: fr, SlowCallRate: sr}
 	if to == Open {
 		tr.Wait = wait
 	}
@@ -538,9 +538,9 @@ func (b *Breaker) onTimer(gen uint64) {
 			if clock.Now() < b.ext.openUntil {
 				break // OpenFor extended the wait after the timer fired: it fires again then
 			}
-			tr = b.moveLocked(HalfOpen, ReasonWaitElapsed, 0, 0)
+			tr = b.moveLocked(HalfOpen, CauseWaitElapsed, 0, 0)
 		case HalfOpen:
-			tr = b.moveLocked(Open, ReasonHalfOpenTimeout, 0, 0)
+			tr = b.moveLocked(Open, CauseHalfOpenTimeout, 0, 0)
 		}
 	}
 	b.mu.Unlock()
@@ -549,7 +549,7 @@ func (b *Breaker) onTimer(gen uint64) {
 
 // notify delivers tr, if it is one, outside the lock.
 func (b *Breaker) notify(tr Transition) {
-	if tr.Reason == 0 || b.onChange == nil {
+	if tr.Cause == 0 || b.onChange == nil {
 		return
 	}
 	defer func() { _ = recover() }()
@@ -576,7 +576,7 @@ func (b *Breaker) SetState(s State) error {
 		b.mu.Unlock()
 		return &TransitionError{From: from, To: s}
 	}
-	tr := b.moveLocked(s, ReasonManual, 0, 0)
+	tr := b.moveLocked(s, CauseManual, 0, 0)
 	b.mu.Unlock()
 	if from != s {
 		b.notify(tr)
@@ -603,7 +603,7 @@ func (b *Breaker) OpenFor(d time.Duration) bool {
 			b.ext.timer.Reset(d)
 		}
 	case Closed, HalfOpen:
-		tr = b.moveForLocked(Open, ReasonOpenFor, 0, 0, d)
+		tr = b.moveForLocked(Open, CauseOpenFor, 0, 0, d)
 	default:
 		b.mu.Unlock()
 		return false

@@ -297,7 +297,7 @@ func TestResolvingAPermitTwiceIsHarmless(t *testing.T) {
 	if m := b.Metrics(); m.Calls != 4 || m.Failed != 4 {
 		t.Fatalf("metrics = %+v, want 4 calls", m)
 	}
-	var zero circuit.Permit
+	var zero circuit.Permission
 	zero.Failure(0) // the zero permit belongs to no breaker
 }
 

@@ -55,7 +55,7 @@ func TestHalfOpenDecidesAfterTheSmallerOfMinimumCallsAndPermittedCalls(t *testin
 				time.Sleep(time.Second)
 				synctest.Wait()
 				wantState(t, b, circuit.HalfOpen)
-				var held []circuit.Permit
+				var held []circuit.Permission
 				for range 4 { // all four trial slots handed out
 					p, err := b.Allow()
 					if err != nil {
@@ -454,7 +454,7 @@ func TestTryAllowRefusesWithoutAPermit(t *testing.T) {
 		record(t, b, "ffff")
 		time.Sleep(small().WaitInOpen)
 		synctest.Wait()
-		held := make([]circuit.Permit, 2)
+		held := make([]circuit.Permission, 2)
 		for i := range held {
 			var err error
 			if held[i], err = b.Allow(); err != nil {

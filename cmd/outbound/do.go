@@ -104,7 +104,7 @@ Flags:
 		tr.TLSClientConfig = cfg
 	}
 	p := &printer{w: stderr, start: time.Now()}
-	cfg := outbound.Config{Transport: tr, MaxAttempts: *maxAttempts, AttemptTimeout: *attemptTimeout,
+	cfg := outbound.Config{HTTPTransport: tr, MaxAttempts: *maxAttempts, AttemptTimeout: *attemptTimeout,
 		MaxRetryAfter: *maxRetryAfter, IdempotencyKeys: *idemKey,
 		Admission: admission.Config{Rate: ratelimit.Config{PerSecond: *rate}, Bulkhead: bulkhead.Config{MaxConcurrent: *bulkheadN}}}
 	if *verbose {
@@ -152,7 +152,7 @@ Flags:
 	explain(stderr, out, resp)
 	var ce *classify.Error
 	switch {
-	case errors.Is(err, outbound.ErrInvalidRequest) || errors.As(err, &ce) && ce.Evidence == classify.EvidenceInvalidRequest:
+	case errors.Is(err, classify.ErrInvalidRequest) || errors.As(err, &ce) && ce.Evidence == classify.EvidenceInvalidRequest:
 		fmt.Fprintln(stderr, "outbound do: the request cannot be sent:", cause(err))
 		return exitUsage
 	case out.Commit == outcome.NotCommitted:
@@ -320,7 +320,7 @@ func cause(err error) error {
 	if errors.As(err, &ce) && ce.Err != nil {
 		return ce.Err
 	}
-	var oe *outcome.Error
+	var oe *outcome.CallError
 	if errors.As(err, &oe) && oe.Err != nil {
 		return oe.Err
 	}

@@ -236,7 +236,7 @@ func TestUpstreamServesTheLibraryAndNetHTTPAsAProcess(t *testing.T) {
 
 	// The library: the first attempt of the call is refused, the retry is
 	// answered, and the upstream executed it once.
-	tr, err := outbound.New(outbound.Config{Transport: h2c()})
+	tr, err := outbound.New(outbound.Config{HTTPTransport: h2c()})
 	if err != nil {
 		t.Fatal(err)
 	}

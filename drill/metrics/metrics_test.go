@@ -22,7 +22,7 @@ func TestRegistryCountsAttemptsRetriesCallsAndBreakerState(t *testing.T) {
 	s := outboundtest.NewServer(outboundtest.H2C)
 	defer s.Close()
 	reg := metrics.New()
-	tr, err := outbound.New(outbound.Config{Transport: s.Transport(), Hooks: reg.Hooks(),
+	tr, err := outbound.New(outbound.Config{HTTPTransport: s.Transport(), Hooks: reg.Hooks(),
 		Backoff:   retry.Backoff{Initial: 1, Max: 1},
 		Admission: admission.Config{Circuit: circuit.Config{WindowSize: 4, MinimumCalls: 4}}})
 	if err != nil {
@@ -99,7 +99,7 @@ func TestRegistryReportsTheConcurrencyLimitInFlightAndTheThrottle(t *testing.T) 
 	s := outboundtest.NewServer(outboundtest.H2C)
 	defer s.Close()
 	reg := metrics.New()
-	tr, err := outbound.New(outbound.Config{Transport: s.Transport(), Hooks: reg.Hooks(), MaxAttempts: 1,
+	tr, err := outbound.New(outbound.Config{HTTPTransport: s.Transport(), Hooks: reg.Hooks(), MaxAttempts: 1,
 		Admission: admission.Config{Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 64, InitialConcurrent: 8},
 			Throttle: throttle.Config{Enabled: true, K: 1}}})
 	if err != nil {

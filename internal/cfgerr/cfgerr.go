@@ -9,21 +9,21 @@ import (
 	"strings"
 )
 
-// Error is an invalid field.
-type Error struct {
+// FieldError is an invalid field.
+type FieldError struct {
 	Pkg   string   // the package of the configuration the path starts from
 	Type  string   // its type: "Config", "BudgetConfig"
 	Path  []string // the field names, outermost first
 	Issue string   // what is wrong, e.g. "must be >= 0, got -1"
 }
 
-func (e *Error) Error() string {
+func (e *FieldError) Error() string {
 	return e.Pkg + ": " + e.Type + "." + strings.Join(e.Path, ".") + " " + e.Issue
 }
 
 // New returns the error of field of pkg's Config.
 func New(pkg, field, format string, args ...any) error {
-	return &Error{Pkg: pkg, Type: "Config", Path: strings.Split(field, "."), Issue: fmt.Sprintf(format, args...)}
+	return &FieldError{Pkg: pkg, Type: "Config", Path: strings.Split(field, "."), Issue: fmt.Sprintf(format, args...)}
 }
 
 // In returns err, an error of a configuration held in field of pkg's
@@ -31,11 +31,11 @@ func New(pkg, field, format string, args ...any) error {
 // configuration that mirrors another). An err that is not an *Error is
 // returned unchanged.
 func In(pkg, field string, err error) error {
-	var e *Error
+	var e *FieldError
 	if !errors.As(err, &e) {
 		return err
 	}
-	out := &Error{Pkg: pkg, Type: "Config", Path: e.Path, Issue: e.Issue}
+	out := &FieldError{Pkg: pkg, Type: "Config", Path: e.Path, Issue: e.Issue}
 	if field != "" {
 		out.Path = append(strings.Split(field, "."), e.Path...)
 	}

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// Server is one redis-server process.
-type Server struct {
+// Redis is one redis-server process.
+type Redis struct {
 	t      testing.TB
 	bin    string
 	dir    string
@@ -29,10 +29,10 @@ type Server struct {
 }
 
 // Addr returns the server's address.
-func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
+func (s *Redis) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
 
 // PID returns the server's process ID.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
+func (s *Redis) PID() int { return s.cmd.Process.Pid }
 
 func binaries(t testing.TB) (server, cli string) {
 	t.Helper()
@@ -52,7 +52,7 @@ func binaries(t testing.TB) (server, cli string) {
 // Start starts a single redis-server, without persistence, on a free
 // loopback port. It skips the test, saying so, only where redis-server is not
 // installed and OUTBOUND_REQUIRE_REDIS is not set.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Redis {
 	t.Helper()
 	bin, _ := binaries(t)
 	s := newServer(t, bin, "")
@@ -60,9 +60,9 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-func newServer(t testing.TB, bin, extra string) *Server {
+func newServer(t testing.TB, bin, extra string) *Redis {
 	t.Helper()
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: freePort(t)}
+	s := &Redis{t: t, bin: bin, dir: t.TempDir(), Port: freePort(t)}
 	s.conf = filepath.Join(s.dir, "redis.conf")
 	conf := fmt.Sprintf(`bind 127.0.0.1
 port %d
@@ -81,7 +81,7 @@ logfile %s
 	return s
 }
 
-func (s *Server) start() {
+func (s *Redis) start() {
 	s.t.Helper()
 	s.out = &strings.Builder{}
 	s.cmd = exec.Command(s.bin, s.conf)
@@ -114,7 +114,7 @@ func (s *Server) start() {
 
 // Kill stops the server by PID (SIGKILL: it loses what it held) and waits
 // for it to exit. Killing a stopped server does nothing.
-func (s *Server) Kill() {
+func (s *Redis) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
@@ -125,7 +125,7 @@ func (s *Server) Kill() {
 }
 
 // Restart starts a killed server again on the same port, empty.
-func (s *Server) Restart() {
+func (s *Redis) Restart() {
 	s.t.Helper()
 	s.Kill()
 	s.start()
@@ -133,14 +133,14 @@ func (s *Server) Restart() {
 
 // Pause stops the server's process (SIGSTOP): connections stay open and
 // nothing answers, as with a server that hangs. Resume undoes it.
-func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Redis) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+func (s *Redis) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Cluster is a Redis Cluster of masters without replicas.
 type Cluster struct {
-	Nodes []*Server
+	Nodes []*Redis
 }
 
 // Addrs returns the addresses of the cluster's nodes.

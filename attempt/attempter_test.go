@@ -156,7 +156,7 @@ func TestAnAttemptTimeoutIsAnUpstreamFailure(t *testing.T) {
 	s.SetDefault(outboundtest.Hang())
 	tr := newTransport(t, s, attempt.Config{Admission: admission.Config{Circuit: smallBreaker}})
 	for range 3 {
-		ctx, cancel := context.WithTimeoutCause(context.Background(), 20*time.Millisecond, attempt.ErrAttemptTimeout)
+		ctx, cancel := context.WithTimeoutCause(context.Background(), 20*time.Millisecond, classify.ErrAttemptTimeout)
 		roundTrip(tr, newRequest(t, ctx, s, noBody, "x"))
 		cancel()
 	}

@@ -55,36 +55,16 @@ import (
 	"github.com/outboundhq/outbound/internal/clock"
 )
 
-// ErrAttemptTimeout is the context cause a caller sets (with
-// context.WithTimeoutCause) for a per-attempt timeout. An attempt whose
-// context ended with this cause counts as an upstream failure (too slow); an
-// attempt whose context ended for any other reason was cancelled by the
-// caller and counts as neither success nor failure.
-//
-// It reports itself the way net/http reports a timeout: it is a net.Error
-// whose Timeout is true, and errors.Is(ErrAttemptTimeout,
-// context.DeadlineExceeded) holds.
-var ErrAttemptTimeout error = attemptTimeout{}
-
-type attemptTimeout struct{}
-
-func (attemptTimeout) Error() string   { return "outbound: attempt timed out" }
-func (attemptTimeout) Timeout() bool   { return true }
-func (attemptTimeout) Temporary() bool { return true }
-
-// Is makes errors.Is(ErrAttemptTimeout, context.DeadlineExceeded) hold.
-func (attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
-
 // Config configures an Attempter. The zero value is usable.
 type Config struct {
-	// Transport supplies the settings of new connections: dialer, TLS
+	// HTTPTransport supplies the settings of new connections: dialer, TLS
 	// dialer, proxy, TLS configuration, protocols, timeouts. Nil means a
 	// clone of http.DefaultTransport. It is cloned, not used: its own
 	// connection pool is never touched. Its Proxy is called with the
 	// caller's request (URL, header and context), once per call, and
 	// connections are pooled per proxy as well as per address. A nil
 	// DialContext means a net.Dialer.
-	Transport *http.Transport
+	HTTPTransport *http.Transport
 
 	// Admission is the template of every upstream's admission pipeline;
 	// Upstream is filled in per upstream.
@@ -117,7 +97,7 @@ type Config struct {
 	// MaxUpstreams caps the number of upstreams whose state is kept. A
 	// call to a new upstream beyond it makes room by forgetting the least
 	// recently used upstreams that hold nothing, and fails with
-	// ErrTooManyUpstreams, without being sent, when there are none. Zero
+	// classify.ErrTooManyUpstreams, without being sent, when there are none. Zero
 	// means no cap.
 	MaxUpstreams int
 
@@ -214,7 +194,7 @@ type Attempter struct {
 
 // New validates cfg and returns an Attempter. Errors name the offending field.
 func New(cfg Config) (*Attempter, error) {
-	base := cfg.Transport
+	base := cfg.HTTPTransport
 	if base == nil {
 		base = http.DefaultTransport.(*http.Transport)
 	}
@@ -611,8 +591,8 @@ func declined(resp *http.Response) bool { return resp.StatusCode == http.StatusT
 // timeout says so on every protocol: net/http returns the context's cause for
 // HTTP/1 but context.DeadlineExceeded for HTTP/2.
 func withCause(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrAttemptTimeout) && !errors.Is(err, ErrAttemptTimeout) {
-		return fmt.Errorf("%w (%w)", ErrAttemptTimeout, err)
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), classify.ErrAttemptTimeout) && !errors.Is(err, classify.ErrAttemptTimeout) {
+		return fmt.Errorf("%w (%w)", classify.ErrAttemptTimeout, err)
 	}
 	return err
 }
@@ -620,7 +600,7 @@ func withCause(ctx context.Context, err error) error {
 // callerCancelled reports whether ctx ended for a reason other than a
 // per-attempt timeout.
 func callerCancelled(ctx context.Context) bool {
-	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrAttemptTimeout)
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), classify.ErrAttemptTimeout)
 }
 
 func closeBody(req *http.Request) {
@@ -704,7 +684,7 @@ func (b *body) contextDone() {
 		b.end(false, true)
 	} else {
 		b.endFailed(&classify.Error{Upstream: b.upstream, Stage: classify.StageReadBody, Category: classify.Answered,
-			Evidence: classify.EvidenceStatus, Err: ErrAttemptTimeout})
+			Evidence: classify.EvidenceStatus, Err: classify.ErrAttemptTimeout})
 	}
 	b.rc.Close()
 }
