@@ -50,7 +50,7 @@ func TestAttemptTimeoutReturnsTheSlotOfABodyNeverClosed(t *testing.T) {
 			exited := make(chan string, 4)
 			c := newClient(t, s, outbound.Config{AttemptTimeout: 100 * time.Millisecond,
 				Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}, OnEvent: func(e admission.Event) {
-					if e.Guard == admission.Circuit && (e.Kind == admission.Success || e.Kind == admission.Failure || e.Kind == admission.Release) {
+					if e.Guard == classify.GuardCircuit && (e.Kind == admission.Success || e.Kind == admission.Failure || e.Kind == admission.Release) {
 						exited <- e.String()
 					}
 				}}})

@@ -176,7 +176,7 @@ func TestAHedgeTheBulkheadRejectsIsNotSentAndRefundsItsToken(t *testing.T) {
 		t.Fatalf("the upstream received %d, want 1", n)
 	}
 	if len(out.Attempts) != 2 || !out.Attempts[0].Hedge || out.Attempts[0].Category != classify.LocalRejection ||
-		out.Attempts[0].Guard != admission.Bulkhead {
+		out.Attempts[0].Guard != classify.GuardBulkhead {
 		t.Fatalf("outcome %+v, want the hedge rejected by the bulkhead, then the answer", out.Attempts)
 	}
 	st, _ := tr.Upstream(tr.UpstreamKey(testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "x")))

@@ -9,6 +9,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/outcome"
@@ -39,7 +40,7 @@ func TestThrottlingRejectionsLeaveTheBreakerClosedOnAHealthyButOverloadedUpstrea
 					continue
 				}
 				if !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, outcome.ErrNotCommitted) ||
-					out.Reason != retry.LocalRejection || out.Attempts[0].Guard != admission.Throttle {
+					out.Reason != retry.LocalRejection || out.Attempts[0].Guard != classify.GuardThrottle {
 					t.Fatalf("call %d: err %v: %v", i, err, out)
 				}
 				throttled++

@@ -1,6 +1,10 @@
 package admission
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/outboundhq/outbound/classify"
+)
 
 // ErrRejected matches every *RejectedError with errors.Is.
 var ErrRejected = errors.New("admission: attempt rejected by a local guard")
@@ -11,7 +15,7 @@ var ErrRejected = errors.New("admission: attempt rejected by a local guard")
 // bulkhead.ErrFull, or the context's error if the attempt gave up waiting.
 type RejectedError struct {
 	Upstream string
-	Guard    Guard
+	Guard    classify.Guard
 	Err      error
 }
 

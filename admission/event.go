@@ -4,31 +4,8 @@ import (
 	"fmt"
 
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/classify"
 )
-
-// Guard names one of the guards.
-type Guard uint8
-
-const (
-	Circuit  Guard = iota + 1 // the circuit breaker
-	Rate                      // the rate limiter
-	Bulkhead                  // the bulkhead
-	Throttle                  // the client-side throttle, between the circuit breaker and the rate limiter
-)
-
-func (g Guard) String() string {
-	switch g {
-	case Circuit:
-		return "circuit"
-	case Rate:
-		return "rate"
-	case Bulkhead:
-		return "bulkhead"
-	case Throttle:
-		return "throttle"
-	}
-	return fmt.Sprintf("Guard(%d)", uint8(g))
-}
 
 // Kind says what happened at a guard.
 type Kind uint8
@@ -37,7 +14,7 @@ const (
 	Enter        Kind = iota + 1 // the guard admitted the attempt
 	Reject                       // the guard refused the attempt
 	Exit                         // the guard's permit was given back after the attempt
-	Refund                       // the rate token was given back (the attempt never reached the wire), or the throttle's request taken out of its count
+	Refund                       // the rate token was given back (the attempt never reached the wire), or the throttle let go of an attempt that says nothing of the upstream (counted neither way)
 	Release                      // the circuit permission was given back without an outcome
 	Success                      // the circuit permission was resolved as a success
 	Failure                      // the circuit permission was resolved as a failure
@@ -60,7 +37,7 @@ func (k Kind) String() string {
 // transition.
 type Event struct {
 	Upstream   string
-	Guard      Guard
+	Guard      classify.Guard
 	Kind       Kind
 	Err        error              // for Reject: why
 	Transition circuit.Transition // for Transition

@@ -1,6 +1,7 @@
 // Package admission is the first step of every attempt: before an attempt may
-// touch the wire it passes the circuit breaker, then the rate limiter, then the
-// bulkhead, always in that order, and gives its permits back in reverse.
+// touch the wire it passes the circuit breaker, then the client-side throttle
+// (off unless configured), then the rate limiter, then the bulkhead, always in
+// that order, and gives its permits back in reverse.
 //
 // The order is the point. An open circuit rejects before a rate token or a
 // bulkhead slot is spent, so a dead upstream does not use up the quota and the
@@ -25,6 +26,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/mutate"
 )
@@ -103,7 +105,7 @@ func New(cfg Config) (*Pipeline, error) {
 	cc := cfg.Circuit
 	if user := cc.OnStateChange; p.onEvent != nil {
 		cc.OnStateChange = func(t circuit.Transition) {
-			p.emit(Event{Upstream: p.upstream, Guard: Circuit, Kind: Transition, Transition: t})
+			p.emit(Event{Upstream: p.upstream, Guard: classify.GuardCircuit, Kind: Transition, Transition: t})
 			if user != nil {
 				user(t)
 			}
@@ -128,14 +130,14 @@ func New(cfg Config) (*Pipeline, error) {
 	if p.throttle, err = throttle.New(cfg.Throttle); err != nil {
 		return nil, cfgerr.In("admission", "Throttle", err)
 	}
-	rejected := func(g Guard, err error) *RejectedError {
+	rejected := func(g classify.Guard, err error) *RejectedError {
 		return &RejectedError{Upstream: cfg.Upstream, Guard: g, Err: err}
 	}
-	p.errOpen = rejected(Circuit, circuit.ErrOpen)
-	p.errHalfOpenFull = rejected(Circuit, circuit.ErrHalfOpenFull)
-	p.errLimited = rejected(Rate, ratelimit.ErrLimited)
-	p.errFull = rejected(Bulkhead, bulkhead.ErrFull)
-	p.errThrottled = rejected(Throttle, throttle.ErrThrottled)
+	p.errOpen = rejected(classify.GuardCircuit, circuit.ErrOpen)
+	p.errHalfOpenFull = rejected(classify.GuardCircuit, circuit.ErrHalfOpenFull)
+	p.errLimited = rejected(classify.GuardRate, ratelimit.ErrLimited)
+	p.errFull = rejected(classify.GuardBulkhead, bulkhead.ErrFull)
+	p.errThrottled = rejected(classify.GuardThrottle, throttle.ErrThrottled)
 	return p, nil
 }
 
@@ -169,60 +171,56 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if !ok {
 		var err error
 		if cp, err = p.breaker.Allow(); err != nil {
-			p.event(Circuit, Reject, err)
+			p.event(classify.GuardCircuit, Reject, err)
 			if err == circuit.ErrOpen {
 				return Permit{}, p.errOpen
 			}
 			return Permit{}, p.errHalfOpenFull
 		}
 	}
-	p.event(Circuit, Enter, nil)
-	var took bool // a rate token, on the clock read for the throttle
-	var now int64
+	p.event(classify.GuardCircuit, Enter, nil)
 	if p.throttle != nil {
-		now = ratelimit.Now()
-		if !p.throttle.AllowAt(now) {
-			p.event(Throttle, Reject, throttle.ErrThrottled)
+		if !p.throttle.Allow() {
+			p.event(classify.GuardThrottle, Reject, throttle.ErrThrottled)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.errThrottled
 		}
-		p.event(Throttle, Enter, nil)
-		took = p.limiter != nil && p.limiter.TryAcquireAt(now)
+		p.event(classify.GuardThrottle, Enter, nil)
 	}
-	if p.limiter != nil && !took && !p.limiter.TryAcquire() {
+	if p.limiter != nil && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
-			p.event(Rate, Reject, err)
+			p.event(classify.GuardRate, Reject, err)
 			p.refundThrottle()
 			p.releaseCircuit(&cp)
-			return Permit{}, p.rejection(Rate, err)
+			return Permit{}, p.rejection(classify.GuardRate, err)
 		}
 	}
 	if p.shared != nil {
 		if err := p.take(ctx); err != nil {
-			p.event(Rate, Reject, err)
+			p.event(classify.GuardRate, Reject, err)
 			p.refundThrottle()
 			p.releaseCircuit(&cp)
-			return Permit{}, p.rejection(Rate, err)
+			return Permit{}, p.rejection(classify.GuardRate, err)
 		}
 	}
 	if p.limiter != nil || p.shared != nil {
-		p.event(Rate, Enter, nil)
+		p.event(classify.GuardRate, Enter, nil)
 	}
 	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
-			p.event(Bulkhead, Reject, err)
+			p.event(classify.GuardBulkhead, Reject, err)
 			if !mutate.SkipRateRefundOnBulkheadRejection.Load() {
 				p.refundRate()
 			}
 			p.refundThrottle()
 			p.releaseCircuit(&cp)
-			return Permit{}, p.rejection(Bulkhead, err)
+			return Permit{}, p.rejection(classify.GuardBulkhead, err)
 		}
 	}
 	if p.bulkhead != nil {
-		p.event(Bulkhead, Enter, nil)
+		p.event(classify.GuardBulkhead, Enter, nil)
 	}
-	return Permit{p: p, circuit: cp, at: now}, nil
+	return Permit{p: p, circuit: cp}, nil
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -232,7 +230,7 @@ func (p *Pipeline) releaseCircuit(cp *circuit.Permission) {
 		return
 	}
 	cp.Release()
-	p.event(Circuit, Release, nil)
+	p.event(classify.GuardCircuit, Release, nil)
 }
 
 // take takes a token of the shared rate guard; a panic in it is a refusal,
@@ -250,8 +248,7 @@ func (p *Pipeline) take(ctx context.Context) (err error) {
 // out of the throttle's count: the upstream never saw it.
 func (p *Pipeline) refundThrottle() {
 	if p.throttle != nil {
-		p.throttle.Refund()
-		p.event(Throttle, Refund, nil)
+		p.event(classify.GuardThrottle, Refund, nil) // never resolved: counted neither way
 	}
 }
 
@@ -269,10 +266,10 @@ func (p *Pipeline) refundRate() {
 	default:
 		return
 	}
-	p.event(Rate, Refund, nil)
+	p.event(classify.GuardRate, Refund, nil)
 }
 
-func (p *Pipeline) rejection(g Guard, err error) error {
+func (p *Pipeline) rejection(g classify.Guard, err error) error {
 	switch err {
 	case ratelimit.ErrLimited:
 		return p.errLimited
@@ -284,7 +281,7 @@ func (p *Pipeline) rejection(g Guard, err error) error {
 	return &RejectedError{Upstream: p.upstream, Guard: g, Err: err}
 }
 
-func (p *Pipeline) event(g Guard, k Kind, err error) {
+func (p *Pipeline) event(g classify.Guard, k Kind, err error) {
 	if p.onEvent != nil {
 		p.emit(Event{Upstream: p.upstream, Guard: g, Kind: k, Err: err})
 	}
@@ -307,47 +304,46 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permission
-	at      int64 // when it was admitted (ratelimit.Now), with a throttle
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
 // breaker uses elapsed to detect slow calls, an adaptive bulkhead to learn
 // its limit); the throttle counts it accepted.
-func (pm *Permit) Success(elapsed time.Duration) { pm.finish(Success, elapsed) }
+func (pm *Permit) Success(elapsed time.Duration) { pm.finish(endSuccess, elapsed) }
 
 // Failure ends the attempt as an upstream failure that was answered (a 503,
 // say) after elapsed.
-func (pm *Permit) Failure(elapsed time.Duration) { pm.finish(Failure, elapsed) }
+func (pm *Permit) Failure(elapsed time.Duration) { pm.finish(endFailure, elapsed) }
 
 // Declined ends the attempt as an answer after elapsed in which the upstream
 // declined the attempt for its own load (HTTP 429): a success for the
 // breaker (the upstream is up, and said so), a latency for an adaptive
 // bulkhead, but not an accepted request for the throttle.
-func (pm *Permit) Declined(elapsed time.Duration) { pm.finish(declinedKind, elapsed) }
+func (pm *Permit) Declined(elapsed time.Duration) { pm.finish(endDeclined, elapsed) }
 
 // Lost ends the attempt as an upstream failure without an answer (a
 // timeout, a connection lost) after elapsed: a failure for the breaker, and
 // no latency for an adaptive bulkhead, which learns only from answers.
-func (pm *Permit) Lost(elapsed time.Duration) { pm.finish(lost, elapsed) }
+func (pm *Permit) Lost(elapsed time.Duration) { pm.finish(endLost, elapsed) }
 
 // Release ends an attempt that reached the wire but whose result says
 // nothing about the upstream (the caller cancelled it, for one): the breaker
 // records no outcome; the rate token stays spent.
-func (pm *Permit) Release() { pm.finish(Release, 0) }
+func (pm *Permit) Release() { pm.finish(endRelease, 0) }
 
 // Cancel ends an attempt that never reached the wire: the breaker records no
 // outcome and the rate token is refunded.
-func (pm *Permit) Cancel() { pm.finish(Refund, 0) }
+func (pm *Permit) Cancel() { pm.finish(endCancel, 0) }
 
 // Held reports whether the permit is still held (admitted and not resolved).
 func (pm *Permit) Held() bool { return pm.p != nil }
 
-// releaseSlot gives the bulkhead slot of an attempt resolved as k back: with
-// the latency of an answer, which an adaptive bulkhead learns from (a moved
-// limit is an event), or without.
-func (p *Pipeline) releaseSlot(k Kind, elapsed time.Duration) {
+// releaseSlot gives the bulkhead slot of an attempt that ended as e back:
+// with the latency of an answer, which an adaptive bulkhead learns from (a
+// moved limit is an event), or without.
+func (p *Pipeline) releaseSlot(e end, elapsed time.Duration) {
 	switch {
-	case k != Success && k != Failure && k != declinedKind:
+	case !e.answered():
 		p.bulkhead.Release()
 	case p.onEvent == nil || !p.bulkhead.Adaptive():
 		p.bulkhead.ReleaseAfter(elapsed)
@@ -355,18 +351,28 @@ func (p *Pipeline) releaseSlot(k Kind, elapsed time.Duration) {
 		before := p.bulkhead.Limit()
 		p.bulkhead.ReleaseAfter(elapsed)
 		if after := p.bulkhead.Limit(); after != before {
-			p.emit(Event{Upstream: p.upstream, Guard: Bulkhead, Kind: LimitChanged, Limit: [2]int{before, after}})
+			p.emit(Event{Upstream: p.upstream, Guard: classify.GuardBulkhead, Kind: LimitChanged, Limit: [2]int{before, after}})
 		}
 	}
 }
 
-// The Kinds finish is given by Lost and Declined; no Event carries them.
+// end is how a Permit was resolved.
+type end uint8
+
 const (
-	lost         Kind = 0xff
-	declinedKind Kind = 0xfe
+	endSuccess  end = iota + 1 // Success: answered, healthy
+	endFailure                 // Failure: answered, an upstream failure
+	endDeclined                // Declined: answered, declined for the upstream's load
+	endLost                    // Lost: an upstream failure without an answer
+	endRelease                 // Release: sent, says nothing of the upstream
+	endCancel                  // Cancel: never sent
 )
 
-func (pm *Permit) finish(k Kind, elapsed time.Duration) {
+// answered reports whether the attempt ended with an answer, whose latency
+// an adaptive bulkhead learns from.
+func (e end) answered() bool { return e == endSuccess || e == endFailure || e == endDeclined }
+
+func (pm *Permit) finish(k end, elapsed time.Duration) {
 	p := pm.p
 	if p == nil {
 		return
@@ -374,36 +380,35 @@ func (pm *Permit) finish(k Kind, elapsed time.Duration) {
 	pm.p = nil
 	if p.bulkhead != nil {
 		p.releaseSlot(k, elapsed)
-		p.event(Bulkhead, Exit, nil)
+		p.event(classify.GuardBulkhead, Exit, nil)
 	}
-	if k == Refund {
+	if k == endCancel {
 		p.refundRate()
 	} else if p.limiter != nil || p.shared != nil {
-		p.event(Rate, Exit, nil)
+		p.event(classify.GuardRate, Exit, nil)
 	}
 	if p.throttle != nil {
-		// Counted at the time it ended, without reading the clock again.
-		switch end := pm.at + int64(elapsed); k {
-		case Success:
-			p.throttle.AcceptAt(end)
-			p.event(Throttle, Exit, nil)
-		case Failure, lost, declinedKind:
-			p.throttle.FailAt(end)
-			p.event(Throttle, Exit, nil)
+		switch k {
+		case endSuccess:
+			p.throttle.Accept()
+			p.event(classify.GuardThrottle, Exit, nil)
+		case endFailure, endLost, endDeclined:
+			p.throttle.Fail()
+			p.event(classify.GuardThrottle, Exit, nil)
 		default: // it says nothing of the upstream
 			p.refundThrottle()
 		}
 	}
 	// The exit event goes first: a transition it causes follows it.
 	switch k {
-	case Success, declinedKind:
-		p.event(Circuit, Success, nil)
+	case endSuccess, endDeclined:
+		p.event(classify.GuardCircuit, Success, nil)
 		pm.circuit.Success(elapsed)
-	case Failure, lost:
-		p.event(Circuit, Failure, nil)
+	case endFailure, endLost:
+		p.event(classify.GuardCircuit, Failure, nil)
 		pm.circuit.Failure(elapsed)
 	default:
-		p.event(Circuit, Release, nil)
+		p.event(classify.GuardCircuit, Release, nil)
 		pm.circuit.Release()
 	}
 }

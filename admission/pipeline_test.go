@@ -15,6 +15,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -100,7 +101,7 @@ func TestOpenCircuitDoesNotConsumeRateOrBulkheadPermit(t *testing.T) {
 	for range 100 {
 		_, err := p.Acquire(context.Background())
 		var rej *admission.RejectedError
-		if !errors.As(err, &rej) || rej.Guard != admission.Circuit || !errors.Is(err, circuit.ErrOpen) ||
+		if !errors.As(err, &rej) || rej.Guard != classify.GuardCircuit || !errors.Is(err, circuit.ErrOpen) ||
 			!errors.Is(err, admission.ErrRejected) {
 			t.Fatalf("err = %v, want a circuit rejection", err)
 		}
@@ -474,7 +475,7 @@ func TestAThrottledAttemptIsALocalRejectionThatReleasesTheCircuitPermission(t *t
 				continue
 			}
 			var re *admission.RejectedError
-			if !errors.Is(err, throttle.ErrThrottled) || !errors.As(err, &re) || re.Guard != admission.Throttle {
+			if !errors.Is(err, throttle.ErrThrottled) || !errors.As(err, &re) || re.Guard != classify.GuardThrottle {
 				t.Fatalf("err = %v, want a throttle rejection", err)
 			}
 			throttled++

@@ -12,6 +12,7 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/classify"
 )
 
 // sharedGuard is a RateGuard with a fixed stock of tokens, or a fault that
@@ -126,7 +127,7 @@ func TestARateGuardThatCannotDecideRejectsLocallyAndReleasesTheCircuitPermission
 	for range 10 {
 		_, err := p.Acquire(context.Background())
 		var rej *admission.RejectedError
-		if !errors.As(err, &rej) || rej.Guard != admission.Rate || !errors.Is(err, unreachable) {
+		if !errors.As(err, &rej) || rej.Guard != classify.GuardRate || !errors.Is(err, unreachable) {
 			t.Fatalf("err = %v, want a rate rejection carrying the guard's error", err)
 		}
 	}

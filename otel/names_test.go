@@ -79,7 +79,7 @@ func TestTheDrillsMetricsCarryTheNamesTheExporterGives(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	breakers, err := outboundotel.ObserveBreakers(tr, outboundotel.WithMeterProvider(mp))
+	breakers, err := outboundotel.ObserveGuards(tr, outboundotel.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}

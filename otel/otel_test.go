@@ -60,7 +60,7 @@ func newEnv(t *testing.T, p outboundtest.Proto, cfg outbound.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.t.Close)
-	reg, err := outboundotel.ObserveBreakers(e.t, outboundotel.WithMeterProvider(mp))
+	reg, err := outboundotel.ObserveGuards(e.t, outboundotel.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/retry"
 )
@@ -60,10 +59,10 @@ type Attempt struct {
 	Stage    classify.Stage
 	Category classify.Category
 	Evidence classify.Evidence
-	Status   int             // for an answer
-	Guard    admission.Guard // for a local rejection: the guard that refused
-	Duration time.Duration   // until the response headers, or the failure
-	Err      error           // nil for an answer
+	Status   int            // for an answer
+	Guard    classify.Guard // for a local rejection: the guard that refused
+	Duration time.Duration  // until the response headers, or the failure
+	Err      error          // nil for an answer
 	// Lifecycle reports that the failure came from the connection's life,
 	// not from the upstream's health (see classify.Lifecycle): it is not a
 	// breaker failure, and its retry, Decision retry.Transparent, is not

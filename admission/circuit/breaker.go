@@ -196,12 +196,11 @@ func (b *Breaker) refused() {
 
 // counter is a count that many processors add to at once: a storm of calls
 // refused by an OPEN breaker, from every core. One shared atomic written on
-// every refusal is one cache line bouncing between the cores (a refusal
-// from 2 goroutines on 2 cores took 95 ns, against 25 without counting). So
-// the count is spread over cells, as Java's LongAdder (which Resilience4j
+// every refusal is one cache line bouncing between the cores, which made a
+// refusal several times slower than one without counting. So the count is spread over cells, as Java's LongAdder (which Resilience4j
 // counts with) spreads it by thread: a goroutine adds to the cell its
 // stack's address picks, so that it keeps writing the same cell, in its own
-// core's cache, and two goroutines share one only by chance (45 ns). The
+// core's cache, and two goroutines share one only by chance. The
 // sum is exact once the adds are done; a reset races only with adds made at
 // the moment of a transition. The cells, 4 per processor up to 16, are made
 // when the breaker first refuses a call.

@@ -121,24 +121,6 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // Limiter always has one.
 func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(0) }
 
-// TryAcquireAt is TryAcquire with the time now, as Now returns it, read by
-// the caller: a pipeline whose client-side throttle also needs the time
-// reads the clock once for both.
-func (l *Limiter) TryAcquireAt(now int64) bool {
-	if l == nil {
-		return true
-	}
-	if s := l.stripes.Load(); s != nil {
-		return l.takeStriped(s, s.Choose(0))
-	}
-	return l.take(now)
-}
-
-// Now reads the monotonic clock the guards of package admission use, in
-// nanoseconds from an arbitrary origin (inside a testing/synctest bubble,
-// the bubble's clock).
-func Now() int64 { return clock.Now() }
-
 // tryTake takes a token available at once; hint chooses the per-processor
 // cell a striped limiter takes from. Any hint is correct; one from the
 // caller's processor is fastest; 0 means none (the limiter looks the

@@ -112,17 +112,15 @@ func New(cfg Config) (*Throttle, error) {
 }
 
 // Allow reports whether an attempt may go on. A refused one is counted as a
-// request at once; an admitted one must be resolved with Accept, Fail or
-// Refund.
-func (t *Throttle) Allow() bool { return t.AllowAt(clock.Now()) }
-
-// AllowAt is Allow with the time now, as ratelimit.Now returns it, read by
-// the caller: a pipeline with a rate limiter reads the clock once for both.
-func (t *Throttle) AllowAt(now int64) bool {
+// request at once. An admitted one is resolved with Accept or Fail when the
+// upstream's answer (or failure) says something of its load; one that says
+// nothing (a later guard refused it, it was never sent, it was cancelled or
+// a hedge won) is not resolved at all: it is counted neither way.
+func (t *Throttle) Allow() bool {
 	if t == nil {
 		return true
 	}
-	i := t.advanceTo(now)
+	i := t.advance()
 	o := t.pastOthers.Load() + t.others[i].Load()
 	if o == 0 { // the upstream accepted every attempt in the window
 		return true
@@ -156,33 +154,19 @@ func (t *Throttle) Probability() float64 {
 
 // Accept resolves an attempt Allow admitted that the upstream answered with
 // a success: a request and an accept.
-func (t *Throttle) Accept() { t.AcceptAt(clock.Now()) }
-
-// AcceptAt is Accept at the time now (as ratelimit.Now returns it): a
-// pipeline gives the time of admission plus the attempt's duration, and
-// reads no clock for it.
-func (t *Throttle) AcceptAt(now int64) {
+func (t *Throttle) Accept() {
 	if t != nil {
-		t.acc[t.advanceTo(now)].Add(1)
+		t.acc[t.advance()].Add(1)
 	}
 }
 
 // Fail resolves an attempt Allow admitted that the upstream did not accept:
 // it failed, or the upstream declined it. It is a request without an accept.
-func (t *Throttle) Fail() { t.FailAt(clock.Now()) }
-
-// FailAt is Fail at the time now, as AcceptAt.
-func (t *Throttle) FailAt(now int64) {
+func (t *Throttle) Fail() {
 	if t != nil {
-		t.others[t.advanceTo(now)].Add(1)
+		t.others[t.advance()].Add(1)
 	}
 }
-
-// Refund resolves an attempt Allow admitted that says nothing of the
-// upstream: a later guard refused it, it was never sent, or it ended
-// without a verdict (cancelled, or a hedge won). It is counted neither way,
-// so it costs nothing.
-func (t *Throttle) Refund() {}
 
 // Counts reports the requests (refusals included) and accepts resolved in
 // the window; attempts in flight are not in them.

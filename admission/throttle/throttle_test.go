@@ -113,17 +113,17 @@ func TestTheThrottleForgetsWhatIsOlderThanItsWindow(t *testing.T) {
 }
 
 // The client's own refusals and the attempts that say nothing of the upstream
-// are taken back out of the count: they cannot make the throttle refuse.
-func TestRefundedAttemptsNeverRaiseTheRejectionProbability(t *testing.T) {
+// are never resolved, so never counted: they cannot make the throttle refuse.
+func TestAdmittedAttemptsLeftUnresolvedNeverRaiseTheRejectionProbability(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := newThrottle(t, throttle.Config{})
 		for range 10_000 {
-			if th.Allow() {
-				th.Refund()
+			if !th.Allow() {
+				t.Fatal("an unresolved attempt made the throttle refuse")
 			}
 		}
 		if r, _ := th.Counts(); r != 0 || th.Probability() != 0 {
-			t.Fatalf("after refunds only: %d requests, probability %v", r, th.Probability())
+			t.Fatalf("after unresolved attempts only: %d requests, probability %v", r, th.Probability())
 		}
 	})
 }
@@ -134,7 +134,7 @@ func TestAZeroConfigIsNoThrottle(t *testing.T) {
 		t.Fatalf("zero config: %v %v", th, err)
 	}
 	th.Accept()
-	th.Refund()
+	th.Fail()
 }
 
 func TestThrottleConfigurationErrorsNameTheField(t *testing.T) {
