@@ -48,11 +48,11 @@ func ExampleHooks_prometheus() {
 		log.Fatal(err)
 	}
 	defer t.Close()
-	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp)) // the breakers' figures
+	guards, err := outboundotel.ObserveGuards(t, outboundotel.WithMeterProvider(mp)) // the guards' state
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer breakers.Unregister() // when the Transport is closed
+	defer guards.Unregister() // when the Transport is closed
 	client := &http.Client{Transport: t}
 	for range 3 {
 		resp, err := client.Get(upstream.URL + "/orders")

@@ -17,9 +17,9 @@ import (
 // states are the breaker states outbound.breaker.state reports.
 var states = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, circuit.Disabled, circuit.ForcedOpen, circuit.MetricsOnly}
 
-// ObserveBreakers reports the circuit breaker of every upstream t keeps, read
-// from the breakers themselves at each collection (Transport.Breakers), with
-// the figures Resilience4j's breakers report:
+// ObserveGuards reports the state of the guards of every upstream t keeps,
+// read from the guards themselves at each collection. Of the circuit
+// breakers (Transport.Breakers), the figures Resilience4j's breakers report:
 //
 //   - outbound.breaker.state (gauge, "{state}"): per outbound.upstream and
 //     outbound.state ("CLOSED", "OPEN", "HALF_OPEN", "DISABLED",
@@ -51,7 +51,7 @@ var states = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, 
 // call and leaves when t forgets it. Call it once per Transport, with the
 // same MeterProvider as Hooks; unregister the returned Registration when the
 // Transport is closed.
-func ObserveBreakers(t *outbound.Transport, opts ...Option) (metric.Registration, error) {
+func ObserveGuards(t *outbound.Transport, opts ...Option) (metric.Registration, error) {
 	var c config
 	for _, o := range opts {
 		o(&c)

@@ -11,7 +11,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	breakers, err := outboundotel.ObserveBreakers(t, outboundotel.WithMeterProvider(mp))
+//	guards, err := outboundotel.ObserveGuards(t, outboundotel.WithMeterProvider(mp))
 //
 // To log as well, compose: outbound.ComposeHooks(hooks, outbound.SlogHooks(l)).
 //
@@ -95,11 +95,12 @@
 // Create the hooks once per Transport and keep them as long as it: the
 // instruments live as long as the MeterProvider.
 //
-// # Breakers
+// # Guards
 //
 // The breakers' state and figures (failure and slow-call rates, buffered,
-// failed, slow and not-permitted calls) are read from the Transport itself,
-// once it exists, at each collection, by ObserveBreakers (see it for the
+// failed, slow and not-permitted calls), the bulkheads' limits and the
+// throttles' probabilities of refusal are read from the Transport itself,
+// once it exists, at each collection, by ObserveGuards (see it for the
 // instruments). Unregister what it returns when the Transport is closed.
 package outboundotel
 
@@ -559,7 +560,7 @@ func (k setKey) set() attribute.Set {
 	case kindAttempts:
 		return attribute.NewSet(UpstreamKey.String(k.a), CategoryKey.String(k.b))
 	case kindRejections:
-		return attribute.NewSet(UpstreamKey.String(k.a), GuardKey.String(admission.Guard(k.n).String()))
+		return attribute.NewSet(UpstreamKey.String(k.a), GuardKey.String(classify.Guard(k.n).String()))
 	case kindDeclined:
 		return attribute.NewSet(UpstreamKey.String(k.a), ReasonKey.String(retry.Reason(k.n).String()))
 	case kindCalls:
