@@ -1,7 +1,8 @@
 // Package outbound makes outbound HTTP calls that fail correctly.
 //
 // Every physical attempt of a call passes the upstream's circuit breaker,
-// rate limiter and bulkhead (package admission), goes out as exactly one
+// client-side throttle (off unless configured), rate limiter and bulkhead
+// (package admission), goes out as exactly one
 // attempt on the wire with no hidden transport retry (package attempt), and
 // when it fails is classified by what it proves (package classify). Another
 // attempt is made only when that is provably safe and fits the deadline
