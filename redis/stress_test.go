@@ -48,6 +48,7 @@ type stressTally struct {
 	Errors             int64 // takes that failed other than as a local rejection
 	Switches, KeysDown int64 // switches of the whole Limiter, of one upstream's limit
 	NoAnswer, Local    int64
+	Causes             []string // what each switch of the whole Limiter was for
 }
 
 const stressEnv = "OUTBOUNDREDIS_STRESS_WORKER"
@@ -80,11 +81,15 @@ func TestStressWorker(t *testing.T) {
 	}
 	defer c.Close()
 	var tl stressTally
+	var causes sync.Mutex
 	l, err := outboundredis.New(outboundredis.Config{Client: c, PerSecond: w.PerSecond, Burst: w.Burst, Prefix: w.Prefix,
 		Lease: outboundredis.Lease{Max: w.Lease}, Degraded: outboundredis.Degraded{Share: w.Share},
 		OnEvent: func(e outboundredis.Event) {
 			if e.Mode == outboundredis.ModeDegraded && e.Upstream == "" {
 				atomic.AddInt64(&tl.Switches, 1)
+				causes.Lock()
+				tl.Causes = append(tl.Causes, fmt.Sprint(e.Err))
+				causes.Unlock()
 			} else if e.Mode == outboundredis.ModeDegraded {
 				atomic.AddInt64(&tl.KeysDown, 1)
 			}
@@ -135,7 +140,9 @@ func TestStressWorker(t *testing.T) {
 	l.Close()
 	m := l.Metrics()
 	tl.NoAnswer, tl.Local = m.NoAnswer, m.Local
+	causes.Lock()
 	out, _ := json.Marshal(tl)
+	causes.Unlock()
 	fmt.Printf("STRESS %s\n", out)
 }
 
@@ -171,6 +178,7 @@ func runStress(t *testing.T, procs int, w stressSpec) stressTally {
 			sum.KeysDown += tl.KeysDown
 			sum.NoAnswer += tl.NoAnswer
 			sum.Local += tl.Local
+			sum.Causes = append(sum.Causes, tl.Causes...)
 			mu.Unlock()
 		})
 	}
@@ -321,7 +329,7 @@ func TestTheFleetLimitHoldsUnderStress(t *testing.T) {
 					t.Errorf("admitted %d, above the bound %.0f (rate %v/s over %v, burst %d, slack %.0f)", got.Good, bound, rate, d, burst, slack)
 				}
 				if sc.healthy && got.Switches != 0 {
-					t.Errorf("%d switches to degraded mode while Redis was healthy", got.Switches)
+					t.Errorf("%d switches to degraded mode while Redis was healthy, for %q", got.Switches, got.Causes)
 				}
 				if sc.atRate && float64(got.Good) < 0.9*rate*d.Seconds() {
 					t.Errorf("admitted %d with a healthy Redis, below 90%% of the rate over %v", got.Good, d)
