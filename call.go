@@ -426,7 +426,7 @@ func (c *call) fail(err error) error {
 	}
 	c.out.Commit = outcome.CommitOf(c.out.Attempts)
 	if c.out.Reason == 0 {
-		c.out.Reason = retry.LocalRejection // the request could not be made at all
+		c.out.Reason = retry.RefusedLocally // the request could not be made at all
 	}
 	return &outcome.CallError{Outcome: c.out, Err: err}
 }

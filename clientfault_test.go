@@ -154,7 +154,7 @@ func TestACallWhoseBodyFailsEndsWithTheCallersErrorAndBlamesNoUpstream(t *testin
 				req.Body = testkit.FailingBody()
 				req.GetBody = func() (io.ReadCloser, error) { return testkit.FailingBody(), nil }
 				_, out, err := c.Do(req)
-				if !errors.Is(err, testkit.ErrBodyFailed) || !errors.Is(err, outcome.ErrUnknown) || len(out.Attempts) != 1 || out.Reason != retry.ClientFault {
+				if !errors.Is(err, testkit.ErrBodyFailed) || !errors.Is(err, outcome.ErrUnknown) || len(out.Attempts) != 1 || out.Reason != retry.OwnFailure {
 					t.Fatalf("err %v: %v", err, out)
 				}
 			}

@@ -40,7 +40,7 @@ func TestThrottlingRejectionsLeaveTheBreakerClosedOnAHealthyButOverloadedUpstrea
 					continue
 				}
 				if !errors.Is(err, throttle.ErrThrottled) || !errors.Is(err, outcome.ErrNotCommitted) ||
-					out.Reason != retry.LocalRejection || out.Attempts[0].Guard != classify.GuardThrottle {
+					out.Reason != retry.RefusedLocally || out.Attempts[0].Guard != classify.GuardThrottle {
 					t.Fatalf("call %d: err %v: %v", i, err, out)
 				}
 				throttled++

@@ -105,7 +105,7 @@ type Reason uint8
 const (
 	Retryable                Reason = iota + 1 // another attempt will be made
 	FinalAnswer                                // an answer that is not retried (or a success)
-	LocalRejection                             // a local guard refused the attempt
+	RefusedLocally                             // a local guard refused the attempt
 	OneShotBody                                // the body cannot be sent again
 	NotIdempotent                              // the upstream may have processed a non-idempotent request
 	AttemptsExhausted                          // MaxAttempts reached
@@ -123,10 +123,10 @@ const (
 	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
 	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
 	Superseded                                 // another attempt of the call, in flight beside this one (a hedge), decided the call
-	ClientFault                                // the client's own fault: the request's body failed, or the client was closed
+	OwnFailure                                 // the client's own fault: the request's body failed, or the client was closed
 )
 
-var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", LocalRejection: "rejected locally",
+var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", RefusedLocally: "rejected locally",
 	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
 	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
@@ -135,7 +135,7 @@ var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", L
 	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
 	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
 	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After",
-	Superseded: "another attempt of the call decided it", ClientFault: "the client's own fault (its request body, or the client closed)"}
+	Superseded: "another attempt of the call decided it", OwnFailure: "the client's own fault (its request body, or the client closed)"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {
@@ -192,13 +192,13 @@ func Decide(in Input) Decision {
 		if in.Evidence == classify.EvidenceInvalidRequest {
 			return no(InvalidRequest)
 		}
-		return no(LocalRejection)
+		return no(RefusedLocally)
 	}
 	if in.Evidence == classify.EvidenceTLSRefused {
 		return no(WouldRecur)
 	}
 	if classify.ClientFault(in.Evidence) {
-		return no(ClientFault)
+		return no(OwnFailure)
 	}
 	if !in.BodyReplayable {
 		return no(OneShotBody)

@@ -152,7 +152,7 @@ func TestDecisionForEveryCombination(t *testing.T) {
 					case c.c == classify.Answered && !c.retryable: // rule 1
 						want = retry.FinalAnswer
 					case c.c == classify.LocalRejection: // rule 2
-						want = retry.LocalRejection
+						want = retry.RefusedLocally
 					case !replayable: // rule 3
 						want = retry.OneShotBody
 					case c.c != classify.NotSent && !idempotent: // rules 4 and 5
@@ -284,7 +284,7 @@ func TestAClientFaultIsNeverRetried(t *testing.T) {
 	for _, ev := range []classify.Evidence{classify.EvidenceRequestBodyFailed, classify.EvidenceClientClosed} {
 		in := base()
 		in.Category, in.Evidence = classify.Ambiguous, ev
-		if d := retry.Decide(in); d.Retry || d.Reason != retry.ClientFault {
+		if d := retry.Decide(in); d.Retry || d.Reason != retry.OwnFailure {
 			t.Fatalf("%v: %+v", ev, d)
 		}
 	}
