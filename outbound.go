@@ -101,7 +101,7 @@ type Config struct {
 	RetryableStatus func(status int) bool
 
 	// MaxAttempts bounds the attempts of one call, the first included.
-	// Zero means 3; 1 disables retries.
+	// Zero means DefaultMaxAttempts; 1 disables retries.
 	MaxAttempts int
 
 	// Backoff is the wait between attempts.
@@ -165,6 +165,10 @@ type Config struct {
 	// them too.
 	Hooks Hooks
 }
+
+// DefaultMaxAttempts is the attempts of one call, the first included, when
+// Config.MaxAttempts is zero.
+const DefaultMaxAttempts = 3
 
 // DefaultRetryableStatus reports whether status is 408, 429, 500, 502, 503
 // or 504.
@@ -251,7 +255,7 @@ func New(cfg Config) (*Transport, error) {
 		t.retryable = DefaultRetryableStatus
 	}
 	if t.maxAttempts == 0 {
-		t.maxAttempts = 3
+		t.maxAttempts = DefaultMaxAttempts
 	}
 	if t.maxRetryAfter == 0 {
 		t.maxRetryAfter = 30 * time.Second

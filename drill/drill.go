@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound"
@@ -186,6 +187,8 @@ type env struct {
 	start   time.Time
 	quiet   bool // count the calls, but keep no event per attempt
 
+	openWait atomic.Int64 // the wait in OPEN of the breaker's latest opening, as it said
+
 	mu  sync.Mutex
 	res ScenarioResult
 }
@@ -221,6 +224,9 @@ func (e *env) buildFrom(cfg outbound.Config) (*outbound.Transport, outbound.Conf
 	user := cfg.Admission.OnEvent
 	cfg.Admission.OnEvent = func(ev admission.Event) {
 		if ev.Kind == admission.Transition {
+			if ev.Transition.To == circuit.Open {
+				e.openWait.Store(int64(ev.Transition.Wait))
+			}
 			e.mu.Lock()
 			e.res.Transitions = append(e.res.Transitions, Transition{AtMs: e.now(), From: ev.Transition.From.String(),
 				To: ev.Transition.To.String(), Reason: ev.Transition.Cause.String()})
@@ -240,16 +246,13 @@ func (e *env) buildFrom(cfg outbound.Config) (*outbound.Transport, outbound.Conf
 	return c, cfg
 }
 
-// waitInOpen is the longest the client's breaker stays OPEN after its
-// first opening, jitter included.
-func (e *env) waitInOpen() time.Duration {
-	c := e.cfg.Admission.Circuit
-	d := cmp.Or(c.WaitInOpen, 60*time.Second)
-	return time.Duration(float64(d) * (1 + c.WaitInOpenJitter))
-}
+// waitInOpen is how long the client's breaker stays OPEN after its latest
+// opening, as the breaker said when it opened (backoff and jitter
+// included).
+func (e *env) waitInOpen() time.Duration { return time.Duration(e.openWait.Load()) }
 
 // maxAttempts is the client's most attempts per call.
-func (e *env) maxAttempts() int { return cmp.Or(e.cfg.MaxAttempts, 3) }
+func (e *env) maxAttempts() int { return cmp.Or(e.cfg.MaxAttempts, outbound.DefaultMaxAttempts) }
 
 func (e *env) now() float64 { return ms(time.Since(e.start)) }
 

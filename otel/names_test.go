@@ -55,7 +55,7 @@ func series(t *testing.T, text string) map[string]bool {
 // `outbound drill --metrics` serves the same names and labels as this
 // module's instruments get from the OpenTelemetry Prometheus exporter, so
 // that a dashboard built on one reads the other.
-func TestTheDrillsMetricsCarryTheNamesTheExporterGives(t *testing.T) {
+func TestTheDrillsMetricsCarryTheNamesAndDescriptionsTheExporterGives(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
 	if err != nil {
@@ -114,7 +114,27 @@ func TestTheDrillsMetricsCarryTheNamesTheExporterGives(t *testing.T) {
 			t.Errorf("the drill serves %s, the exporter does not", s)
 		}
 	}
+	// The descriptions are written twice (the core module cannot import
+	// this one): they must say the same.
+	otelHelp, ourHelp := helps(string(body)), helps(drill.Text())
+	for name, h := range ourHelp {
+		if o, ok := otelHelp[name]; ok && o != h {
+			t.Errorf("%s: the drill describes it as %q, the exporter as %q", name, h, o)
+		}
+	}
 	if t.Failed() {
 		t.Logf("the exporter's: %v", slices.Sorted(maps.Keys(otel)))
 	}
+}
+
+// helps reads Prometheus text and returns each metric's HELP text.
+func helps(text string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name, help, _ := strings.Cut(rest, " ")
+			out[name] = help
+		}
+	}
+	return out
 }
