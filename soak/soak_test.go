@@ -12,6 +12,7 @@
 //
 //	go test ./soak -soak -soak.duration=45s    # the short mode, run by scripts/test
 //	go test ./soak -soak -soak.duration=30m -timeout=0 -v
+//	go test ./soak -soak -soak.profiles=DIR ...   # a heap profile after each phase
 package soak
 
 import (
@@ -23,7 +24,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +54,7 @@ var (
 	duration = flag.Duration("soak.duration", 45*time.Second, "how long the soak runs")
 	phaseLen = flag.Duration("soak.phase", 1500*time.Millisecond, "how long each fault phase lasts")
 	workers  = flag.Int("soak.workers", 24, "concurrent callers")
+	profiles = flag.String("soak.profiles", "", "a directory to write a heap profile to after each phase")
 )
 
 func TestSoak(t *testing.T) {
@@ -314,7 +318,12 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 			}
 		}
 		checkPhase(ph, ups, records, &st, fail)
-		records = nil // the heap check measures what the library keeps
+		for _, u := range ups {
+			u.srv.Reset() // the phase's counters are read: clear them and the queued faults
+		}
+		// The heap check measures what the library keeps: the phase's
+		// records and the fault upstreams' logs of it are dropped first.
+		records = nil
 		ch.checkHeap(st.phases, func(ok bool, format string, args ...any) {
 			if ok {
 				st.checks++
@@ -322,8 +331,8 @@ func run(d, phaseLen time.Duration, nworkers int) (stats, []string) {
 				fail(format, args...)
 			}
 		})
-		for _, u := range ups {
-			u.srv.Reset() // the phase's counters are read: clear them and the queued faults
+		if *profiles != "" {
+			writeHeapProfile(*profiles, st.phases)
 		}
 		if len(violations) > 0 {
 			violations = append([]string{fmt.Sprintf("after phase %d (%s):", st.phases, ph.name)}, violations...)
@@ -501,4 +510,15 @@ func openFDs() int {
 		return 0
 	}
 	return len(ents)
+}
+
+// writeHeapProfile writes the heap profile after phase n to dir, to find
+// what a heap above its floor holds.
+func writeHeapProfile(dir string, n int) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%04d.pprof", n)))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
 }
