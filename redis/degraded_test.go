@@ -157,3 +157,43 @@ func TestADegradedEpisodeStartsEmptyAndIsChargedToRedis(t *testing.T) {
 		t.Fatalf("after the charge another process took %d, want at most %d (100 less the %d charged, and the refill since)", n, 100-int(local)+5, local)
 	}
 }
+
+// A check is failed only by Redis: rueidis puts the deadline of a command
+// that finds its connection idle on the connection itself, and when that
+// deadline passes every command queued behind it fails at once, with the
+// same "context deadline exceeded", long before its own deadline. A check
+// queued behind a short command of another user of the client, while Redis
+// is paused for less than Degraded.Confirm, must not take Redis for down.
+func TestACheckIsNotFailedByTheDeadlineOfAnotherCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv.Addr())
+	var ev events
+	l := newLimiter(t, outboundredis.Config{Client: c, PerSecond: 1000, Burst: 1000, Timeout: 10 * time.Millisecond,
+		OnEvent: ev.on, Degraded: outboundredis.Degraded{Share: 0.5, Confirm: 2 * time.Second}})
+	g := l.For("up")
+	if err := g.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := time.AfterFunc(300*time.Millisecond, srv.Resume) // well within Confirm
+	defer resumed.Stop()
+	// A command alone on the connection: its deadline becomes the
+	// connection's.
+	short := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+		defer cancel()
+		short <- c.Do(ctx, c.B().Ping().Build()).Error()
+	}()
+	time.Sleep(5 * time.Millisecond) // the short command goes first; not a timing assertion
+	if err := g.Take(context.Background()); !errors.Is(err, outboundredis.ErrNoAnswer) {
+		t.Fatalf("a take from a paused Redis: %v, want ErrNoAnswer", err)
+	}
+	if err := <-short; err == nil {
+		t.Fatal("the short command was answered: the pause was not reproduced")
+	}
+	time.Sleep(600 * time.Millisecond) // Redis is back and the check answered; not a timing assertion
+	if m := l.Metrics(); m.Switches != 0 || m.Mode != outboundredis.ModeFleet {
+		t.Fatalf("the check was failed by another command's deadline: %+v, events %s", m, ev.modes())
+	}
+}

@@ -141,8 +141,12 @@ type Degraded struct {
 	// Confirm is how long Redis is given to answer a check, after a take
 	// got no answer within the Timeout, before it is taken for down: a
 	// process short of processor time reads answers late, and a late
-	// answer is not a Redis that is down. Zero means 1 s. An error (a
-	// refused or broken connection) degrades at once.
+	// answer is not a Redis that is down. Zero means 1 s. A check that
+	// fails sooner is asked again within Confirm, unless Redis refused the
+	// connection: a command queued behind another user's on the client's
+	// connection fails when that command's deadline breaks the connection.
+	// A take whose connection fails, other than for a deadline, degrades
+	// at once.
 	Confirm time.Duration
 }
 
@@ -446,17 +450,36 @@ func (l *Limiter) check(b *bucket) {
 	go func() {
 		defer l.confirming.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), l.confirm)
-		err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
-		cancel()
-		switch {
-		case err == nil:
-		case failureOf(err) == keyFailure:
-			b.degrade(err)
-		default:
-			l.degrade(err, b.key)
+		defer cancel()
+		for {
+			err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
+			switch {
+			case err == nil:
+				return
+			case failureOf(err) == keyFailure:
+				b.degrade(err)
+				return
+			case ctx.Err() != nil || refused(err):
+				l.degrade(err, b.key)
+				return
+			}
+			// Failed before its own deadline, without a refusal: the
+			// connection it was queued on broke — rueidis puts the
+			// deadline of a command that finds its connection idle on the
+			// connection, and when it passes, the commands queued behind
+			// fail with it. That says nothing of Redis: ask again, on a
+			// new connection, within Confirm.
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}()
 }
+
+// refused reports whether err is a connection Redis's host refused: nothing
+// listens there, Redis is down.
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // degrade switches the whole Limiter to degraded mode, once, and starts
 // asking Redis whether it is back.
