@@ -19,7 +19,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
-	"github.com/outboundhq/outbound/retry"
+	"github.com/outboundhq/outbound/outcome"
 )
 
 // answering returns a dialer of in-memory HTTP/1.1 upstreams that answer
@@ -146,10 +146,10 @@ func TestTheCallWhoseAnswerOpenedTheBreakerEndsWithItAtOnce(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 503 || string(body) != "busy" || out.Reason != retry.CircuitOpened || len(out.Attempts) != 1 ||
+		if resp.StatusCode != 503 || string(body) != "busy" || out.End != outcome.CircuitOpened || len(out.Attempts) != 1 ||
 			time.Since(start) != 0 || served.Load() != 1 {
 			t.Fatalf("%d %q after %v: reason %v, %d attempts, %d served; want the 503 at once, reason %v",
-				resp.StatusCode, body, time.Since(start), out.Reason, len(out.Attempts), served.Load(), retry.CircuitOpened)
+				resp.StatusCode, body, time.Since(start), out.Why(), len(out.Attempts), served.Load(), outcome.CircuitOpened)
 		}
 		if m := upstreamBreaker(t, tr); m.State != circuit.Open {
 			t.Fatalf("breaker %v", m.State)

@@ -137,7 +137,7 @@ func (c *call) run() (*http.Response, error) {
 	for n, physical := 1, 1; ; physical++ {
 		body, err := c.attemptBody()
 		if err != nil {
-			return c.end(nil, retry.BodyUnavailable, err, noop)
+			return c.end(nil, outcome.BodyUnavailable, err, noop)
 		}
 		ai := AttemptInfo{CallInfo: c.info, Attempt: physical}
 		// asIs: the attempt changes nothing in the caller's request, which
@@ -176,22 +176,22 @@ func (c *call) run() (*http.Response, error) {
 		}
 		final := c.final(resp, err)
 
-		d := c.verdict(n, a, resp, final, transparent)
+		d, ended := c.verdict(n, a, resp, final, transparent)
 		if d.Retry && opened {
 			// Every call to the upstream is refused until then: waiting
 			// to retry would hold the caller for the whole pause, for an
 			// attempt the breaker lets through only as a trial, if at all.
-			d = retry.Decision{Reason: retry.CircuitOpened}
+			d, ended = retry.Decision{}, outcome.CircuitOpened
 		}
 		if d.Retry && resp != nil && !c.hold(resp) {
-			d = retry.Decision{Reason: retry.AnswerTooLarge}
+			d, ended = retry.Decision{}, outcome.AnswerTooLarge
 		}
 		a.Decision, a.Wait = d.Reason, d.Wait
 		c.out.Attempts = append(c.out.Attempts, a)
 		if h.AttemptDone != nil {
 			safe3(h.AttemptDone, actx, ai, a)
 		}
-		if !final && h.RetryDecided != nil {
+		if !final && d.Reason != 0 && h.RetryDecided != nil {
 			safe3(h.RetryDecided, actx, ai, d)
 		}
 		if d.Reason == retry.BudgetExhausted && h.BudgetExhausted != nil {
@@ -199,7 +199,8 @@ func (c *call) run() (*http.Response, error) {
 		}
 
 		if !d.Retry {
-			return c.end(resp, d.Reason, err, acancel)
+			c.out.Reason = d.Reason
+			return c.end(resp, ended, err, acancel)
 		}
 		acancel()
 		transparent = d.Reason == retry.Transparent
@@ -214,16 +215,16 @@ func (c *call) run() (*http.Response, error) {
 			notBefore = time.Now().Add(-a.Duration)
 		}
 		if !c.sleep(d.Wait) {
-			return c.end(nil, retry.ContextDone, c.ctx.Err(), noop)
+			return c.end(nil, outcome.ContextDone, c.ctx.Err(), noop)
 		}
 	}
 }
 
-// end ends the call for reason: with resp, the answer of the last attempt;
+// end ends the call as e says: with resp, the answer of the last attempt;
 // else with the answer held from an earlier one, if any (its retry did not
 // happen); else with err. acancel ends the last attempt's context.
-func (c *call) end(resp *http.Response, reason retry.Reason, err error, acancel context.CancelFunc) (*http.Response, error) {
-	c.out.Reason = reason
+func (c *call) end(resp *http.Response, e outcome.End, err error, acancel context.CancelFunc) (*http.Response, error) {
+	c.out.End = e
 	if resp == nil && c.held != nil {
 		// The last attempt never reached the upstream (an ambiguous one
 		// drops the held answer): the earlier answer stands, and its body
@@ -271,12 +272,12 @@ func (c *call) openOnRetryAfter(resp *http.Response) bool {
 	return c.route.Pipeline().Breaker().OpenFor(min(d, c.t.maxRetryAfter))
 }
 
-// contextReason names why a call's context ended during an attempt.
-func contextReason(ctx context.Context) retry.Reason {
+// contextEnd names why a call's context ended during an attempt.
+func contextEnd(ctx context.Context) outcome.End {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return retry.DeadlineExceeded
+		return outcome.DeadlineExceeded
 	}
-	return retry.Cancelled
+	return outcome.Cancelled
 }
 
 // attemptBody returns the body of the next attempt (nil for none). The
@@ -341,16 +342,16 @@ func (c *call) final(resp *http.Response, err error) bool {
 // attempts a connection being taken down ended (retry.Drained), refused TLS
 // handshakes (which are not retried) and the client's own faults
 // cost nothing.
-func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) retry.Decision {
+func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, transparent bool) (retry.Decision, outcome.End) {
 	switch {
 	case final:
 		c.budget.OnSuccess()
-		return retry.Decision{Reason: retry.FinalAnswer}
-	case c.ctx.Err() != nil:
+		return retry.Decision{Reason: retry.FinalAnswer}, outcome.Decided
+	case c.ctx.Err() != nil: // no decision: the call ends
 		if c.req.Context().Err() == nil { // the call's own timeout: the upstream was too slow
 			c.budget.OnFailure()
 		}
-		return retry.Decision{Reason: contextReason(c.ctx)}
+		return retry.Decision{}, contextEnd(c.ctx)
 	}
 	in := c.input(n, a, resp)
 	in.TransparentUsed = transparent
@@ -358,14 +359,14 @@ func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, tra
 	switch {
 	case d.Reason == retry.Transparent, a.Category == classify.LocalRejection, a.Evidence == classify.EvidenceTLSRefused,
 		classify.ClientFault(a.Evidence), retry.Drained(a.Evidence, a.Lifecycle):
-		return d
+		return d, outcome.Decided
 	}
 	c.budget.OnFailure()
 	if d.Reason == retry.BudgetExhausted { // every other rule allows a retry
 		in.BudgetAllows = c.budget.Allows()
 		d = retry.Decide(in)
 	}
-	return d
+	return d, outcome.Decided
 }
 
 func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input {
@@ -425,8 +426,8 @@ func (c *call) fail(err error) error {
 		c.cancel()
 	}
 	c.out.Commit = outcome.CommitOf(c.out.Attempts)
-	if c.out.Reason == 0 {
-		c.out.Reason = retry.RefusedLocally // the request could not be made at all
+	if c.out.End == 0 { // the request could not be made at all: refused locally
+		c.out.End, c.out.Reason = outcome.Decided, retry.RefusedLocally
 	}
 	return &outcome.CallError{Outcome: c.out, Err: err}
 }

@@ -98,7 +98,7 @@ func TestTimeoutsAreReportedAsNetHTTPReportsThem(t *testing.T) {
 			if got := isTimeout(err); got != want {
 				t.Fatalf("Do: %s: %v", got, err)
 			}
-			if name == "Timeout" && out.Reason != retry.DeadlineExceeded {
+			if name == "Timeout" && out.End != outcome.DeadlineExceeded {
 				t.Fatalf("end reason %v", out.Reason)
 			}
 			_, err = (&http.Client{Transport: c}).Get(s.URL)
@@ -115,7 +115,7 @@ func TestEndReasonsNameWhatHappened(t *testing.T) {
 	c := newClient(t, s, outbound.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, out, _ := c.Do(newRequest(t, ctx, s, noBody, "deadline")); out.Reason != retry.DeadlineExceeded {
+	if _, out, _ := c.Do(newRequest(t, ctx, s, noBody, "deadline")); out.End != outcome.DeadlineExceeded {
 		t.Fatalf("deadline during an attempt: %v", out.Reason)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
@@ -123,7 +123,7 @@ func TestEndReasonsNameWhatHappened(t *testing.T) {
 		time.AfterFunc(20*time.Millisecond, cancel)
 		return ctx
 	}}})
-	if _, out, err := c2.Do(newRequest(t, ctx, s, noBody, "cancel")); out.Reason != retry.Cancelled || !errors.Is(err, context.Canceled) {
+	if _, out, err := c2.Do(newRequest(t, ctx, s, noBody, "cancel")); out.End != outcome.Cancelled || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled during an attempt: %v, %v", out.Reason, err)
 	}
 }
@@ -139,7 +139,7 @@ func TestAnAnswerWhoseRetryCannotHappenIsReturned(t *testing.T) {
 		c := newClient(t, s, outbound.Config{Backoff: retry.Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1},
 			Hooks: outbound.Hooks{RetryDecided: func(context.Context, outbound.AttemptInfo, retry.Decision) { cancel() }}})
 		out, status, err := do(t, c, newRequest(t, ctx, s, noBody, "x"))
-		if err != nil || status != 503 || out.Commit != outcome.Committed || out.Reason != retry.ContextDone {
+		if err != nil || status != 503 || out.Commit != outcome.Committed || out.End != outcome.ContextDone {
 			t.Fatalf("status %d, err %v: %v", status, err, out)
 		}
 	})
@@ -151,7 +151,7 @@ func TestAnAnswerWhoseRetryCannotHappenIsReturned(t *testing.T) {
 		req.Header.Set("Idempotency-Key", `"k"`)
 		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("no second body") }
 		out, status, err := do(t, c, req)
-		if err != nil || status != 503 || out.Reason != retry.BodyUnavailable {
+		if err != nil || status != 503 || out.End != outcome.BodyUnavailable {
 			t.Fatalf("status %d, err %v: %v", status, err, out)
 		}
 	})
@@ -182,7 +182,7 @@ func TestAnAnswerWhoseRetryCannotHappenIsReturned(t *testing.T) {
 		s.Enqueue(outboundtest.Respond(503).WithBody([]byte(big)))
 		c := newClient(t, s, outbound.Config{})
 		resp, out, err := c.Do(newRequest(t, context.Background(), s, noBody, "x"))
-		if err != nil || resp.StatusCode != 503 || out.Reason != retry.AnswerTooLarge || len(out.Attempts) != 1 {
+		if err != nil || resp.StatusCode != 503 || out.End != outcome.AnswerTooLarge || len(out.Attempts) != 1 {
 			t.Fatalf("err %v: %v", err, out)
 		}
 		b, err := io.ReadAll(resp.Body)
@@ -457,8 +457,8 @@ func TestEveryErrorCarriesNotCommittedOrUnknown(t *testing.T) {
 			t.Fatalf("not committed, executed %d times: %s", execs, where)
 		case k == oneShot && execs > 1:
 			t.Fatalf("a one-shot POST executed %d times: %s", execs, where)
-		case out.Reason == 0:
-			t.Fatalf("no end reason: %s", where)
+		case out.End == 0 || (out.End == outcome.Decided) != (out.Reason != 0):
+			t.Fatalf("end %v with reason %v: %s", out.End, out.Reason, where)
 		}
 	}
 }

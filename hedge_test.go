@@ -142,7 +142,7 @@ func TestAHedgedGetsLoserIsCancelledItsPermitReturnedAndNotRecordedByTheBreaker(
 		if time.Since(start) > 4*time.Second {
 			t.Fatalf("%v: the call waited for the slow attempt", p)
 		}
-		if len(out.Attempts) != 2 || !out.Attempts[0].Lost || out.Attempts[0].Hedge || out.Attempts[0].Decision != retry.Superseded ||
+		if len(out.Attempts) != 2 || !out.Attempts[0].Lost || out.Attempts[0].Hedge || out.Attempts[0].Decision != 0 ||
 			!out.Attempts[1].Hedge || out.Attempts[1].Lost || out.Attempts[1].Category != classify.Answered || out.Commit != outcome.Committed {
 			t.Fatalf("%v: outcome %+v", p, out)
 		}

@@ -30,8 +30,11 @@ type Hooks struct {
 	AttemptDone func(ctx context.Context, a AttemptInfo, result outcome.Attempt)
 
 	// RetryDecided is called after each attempt that did not end the call
-	// with a final answer: d.Retry says whether another attempt follows
-	// (after d.Wait), d.Reason why or why not.
+	// with a final answer and after which a retry was decided: d.Retry says
+	// whether another attempt follows (after d.Wait), d.Reason why or why
+	// not. A call that ends without a decision (its context ended during
+	// the attempt, the answer opened the breaker or was too large to keep)
+	// is not told here: CallDone's Outcome.End says how it ended.
 	RetryDecided func(ctx context.Context, a AttemptInfo, d retry.Decision)
 
 	// BudgetExhausted is called when the retry budget of an upstream

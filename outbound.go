@@ -92,7 +92,7 @@ type Config struct {
 	// MaxRetryAfter — instead of waiting for failures to accumulate (the
 	// circuit.Breaker's OpenFor). Trial calls follow as usual. The call
 	// that got the answer ends with it at once (reason
-	// retry.CircuitOpened) rather than waiting to retry, since every call
+	// outcome.CircuitOpened) rather than waiting to retry, since every call
 	// to the upstream is refused until then. Nil means off.
 	OpenOnRetryAfter func(status int) bool
 

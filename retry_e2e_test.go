@@ -289,7 +289,7 @@ func TestAGetBodyFailureEndsTheCallWithAResolvedOutcome(t *testing.T) {
 	req.GetBody = func() (io.ReadCloser, error) { return nil, broken }
 	_, out, err := c.Do(req)
 	if !errors.Is(err, broken) || !errors.Is(err, outcome.ErrUnknown) || out.Commit != outcome.Unknown ||
-		out.Reason != retry.BodyUnavailable || len(out.Attempts) != 1 {
+		out.End != outcome.BodyUnavailable || len(out.Attempts) != 1 {
 		t.Fatalf("err %v, outcome %v (reason %v)", err, out, out.Reason)
 	}
 }

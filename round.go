@@ -11,7 +11,6 @@ import (
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/clock"
 	"github.com/outboundhq/outbound/outcome"
-	"github.com/outboundhq/outbound/retry"
 )
 
 // A hedged round: the first attempt runs on the caller's goroutine; a timer
@@ -321,7 +320,6 @@ func (c *call) settle(ls []landing) {
 		if l.a.Category == classify.Ambiguous {
 			c.dropHeld() // it may have reached the upstream: an earlier answer is no longer the call's
 		}
-		l.a.Decision = retry.Superseded
 		c.out.Attempts = append(c.out.Attempts, l.a)
 		if h.AttemptDone != nil {
 			safe3(h.AttemptDone, l.f.actx, l.f.ai, l.a)

@@ -71,7 +71,7 @@ func SlogHooks(l *slog.Logger) Hooks {
 				level = slog.LevelInfo
 			}
 			l.LogAttrs(ctx, level, "outbound call", slog.String("upstream", o.Upstream), slog.String("method", o.Method),
-				slog.String("commit", o.Commit.String()), slog.Int("attempts", len(o.Attempts)), slog.String("reason", o.Reason.String()))
+				slog.String("commit", o.Commit.String()), slog.Int("attempts", len(o.Attempts)), slog.String("reason", o.Why()))
 		},
 		Guard: func(e admission.Event) {
 			if e.Kind == admission.Transition {

@@ -273,8 +273,8 @@ func retryAfterBeyondDeadline(e *env) {
 	r := e.call(req{method: "GET", id: "get", timeout: 2 * time.Second})
 	e.check("the 503 comes back", "503 after 1 attempt", fmt.Sprintf("%d after %d attempt(s)", r.status, len(r.out.Attempts)),
 		r.status == 503 && len(r.out.Attempts) == 1)
-	why := r.out.Reason == retry.RetryAfterBeyondDeadline || r.out.Reason == retry.RetryAfterTooLong || r.out.Reason == retry.CircuitOpened
-	e.check("why it was not retried", retry.RetryAfterBeyondDeadline.String()+" (or longer than the cap)", r.out.Reason.String(), why)
+	why := r.out.Reason == retry.RetryAfterBeyondDeadline || r.out.Reason == retry.RetryAfterTooLong || r.out.End == outcome.CircuitOpened
+	e.check("why it was not retried", retry.RetryAfterBeyondDeadline.String()+" (or longer than the cap)", r.out.Why(), why)
 	e.check("it came back at once, well before the 2 s deadline", "< 500ms", r.elapsed.Round(time.Millisecond).String(), r.elapsed < 500*time.Millisecond)
 }
 
@@ -305,7 +305,7 @@ func oneShotPut(e *env) {
 	wg.Wait()
 	e.check("the PUT is not retried", "503 after 1 attempt", fmt.Sprintf("%d after %d attempt(s)", r.status, len(r.out.Attempts)),
 		r.status == 503 && len(r.out.Attempts) == 1)
-	e.check("why", retry.OneShotBody.String(), r.out.Reason.String(), r.out.Reason == retry.OneShotBody)
+	e.check("why", retry.OneShotBody.String(), r.out.Why(), r.out.Reason == retry.OneShotBody)
 	e.checkInt("executions", e.srv.Executions("blob"), eq(1), "1")
 	grew := int(peak-before.HeapAlloc) >> 10
 	e.checkInt("heap growth while streaming 16 MiB (KiB)", grew, atMost(4<<10), "< 4096 KiB: not buffered")

@@ -411,13 +411,8 @@ func (r *recorder) callDone(ctx context.Context, o *outcome.Outcome) {
 	}
 	span := st.span
 	if span.IsRecording() {
-		attrs := [...]attribute.KeyValue{CommitStatusKey.String(commit.String()), AttemptsKey.Int(len(o.Attempts)),
-			EndReasonKey.String(o.Reason.String())}
-		n := len(attrs)
-		if o.Reason == 0 { // GetBody failed before a retry: no decision ended the call
-			n--
-		}
-		span.SetAttributes(attrs[:n]...)
+		span.SetAttributes(CommitStatusKey.String(commit.String()), AttemptsKey.Int(len(o.Attempts)),
+			EndReasonKey.String(o.Why()))
 		if commit != outcome.Committed {
 			span.SetStatus(codes.Error, commit.String())
 		}

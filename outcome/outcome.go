@@ -46,6 +46,40 @@ func (c Commit) String() string {
 	return fmt.Sprintf("Commit(%d)", uint8(c))
 }
 
+// End says how a call ended.
+type End uint8
+
+const (
+	Decided          End = iota + 1 // by the retry decision after its last attempt (Outcome.Reason)
+	ContextDone                     // the call's context ended while it waited to retry
+	BodyUnavailable                 // GetBody failed: the body of the next attempt could not be made
+	DeadlineExceeded                // the call's deadline expired during an attempt
+	Cancelled                       // the caller cancelled the call during an attempt
+	AnswerTooLarge                  // a retry was allowed, but the answer was too large to keep until it was certain: it is the call's answer
+	CircuitOpened                   // a retry was allowed, but the answer opened the upstream's breaker for its Retry-After: it is the call's answer
+)
+
+var endNames = [...]string{Decided: "decided", ContextDone: "context done while waiting to retry",
+	BodyUnavailable: "GetBody failed", DeadlineExceeded: "deadline expired during an attempt",
+	Cancelled: "cancelled by the caller", AnswerTooLarge: "answer too large to keep while retrying",
+	CircuitOpened: "the answer opened the circuit until its Retry-After"}
+
+func (e End) String() string {
+	if int(e) < len(endNames) && endNames[e] != "" {
+		return endNames[e]
+	}
+	return fmt.Sprintf("End(%d)", uint8(e))
+}
+
+// Why names how the call ended in words: its End, or for a decided call the
+// decision's Reason.
+func (o *Outcome) Why() string {
+	if o.End == Decided {
+		return o.Reason.String()
+	}
+	return o.End.String()
+}
+
 // Sentinels matched by *CallError with errors.Is.
 var (
 	// ErrUnknown: the call may or may not have been processed.
@@ -75,7 +109,9 @@ type Attempt struct {
 	Hedge, Lost bool
 
 	// Decision is what was decided after this attempt, and Wait how long
-	// the call waited before the next one.
+	// the call waited before the next one. It is 0 when no decision was
+	// made: the call ended otherwise (Outcome.End), or the attempt lost to
+	// another of the call (Lost).
 	Decision retry.Reason
 	Wait     time.Duration
 }
@@ -86,11 +122,14 @@ type Outcome struct {
 	Method   string
 	Commit   Commit
 	Attempts []Attempt
-	// Reason is why the call ended: the decision after its last attempt, or
-	// retry.ContextDone when the context ended while it waited to retry, or
-	// retry.BodyUnavailable when the body of the next attempt could not be
-	// made. A call that ends with an answer returns the last answer it got,
-	// even when later attempts failed without reaching the upstream.
+	// End is how the call ended: Decided, by the retry decision after its
+	// last attempt (Reason), or by one of the other Ends, with Reason 0. A
+	// call that ends with an answer returns the last answer it got, even
+	// when later attempts failed without reaching the upstream.
+	End End
+	// Reason is the retry decision that ended the call, when End is
+	// Decided (retry.RefusedLocally for a call refused before its first
+	// attempt).
 	Reason retry.Reason
 	// IdempotencyKey is the Idempotency-Key header every attempt carried,
 	// the caller's or one generated (Config.IdempotencyKeys), "" if none: the
@@ -127,7 +166,15 @@ func (o *Outcome) String() string {
 		if a.Guard != 0 {
 			fmt.Fprintf(&b, " by the %v guard", a.Guard)
 		}
-		fmt.Fprintf(&b, " in %v -> %v", a.Duration.Round(time.Microsecond), a.Decision)
+		fmt.Fprintf(&b, " in %v -> ", a.Duration.Round(time.Microsecond))
+		switch {
+		case a.Decision != 0:
+			b.WriteString(a.Decision.String())
+		case a.Lost:
+			b.WriteString("lost to another attempt")
+		case i == len(o.Attempts)-1:
+			b.WriteString(o.End.String())
+		}
 		if a.Wait > 0 {
 			fmt.Fprintf(&b, ", waited %v", a.Wait.Round(time.Millisecond))
 		}
@@ -146,7 +193,7 @@ type CallError struct {
 func (e *CallError) Error() string {
 	o := e.Outcome
 	return fmt.Sprintf("outbound: %s %s: %s after %d attempt(s) (%v): %v",
-		o.Method, o.Upstream, o.Commit, len(o.Attempts), o.Reason, e.Err)
+		o.Method, o.Upstream, o.Commit, len(o.Attempts), o.Why(), e.Err)
 }
 
 // Unwrap returns the last attempt's error, or the context's.

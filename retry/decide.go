@@ -99,7 +99,9 @@ type Input struct {
 	Lifecycle, TransparentUsed bool
 }
 
-// Reason says why a decision was made.
+// Reason says why a decision was made: Decide returns every one of them,
+// and nothing else. How a call ended when no decision ended it (its context
+// ended, its body could not be made again…) is the outcome's End.
 type Reason uint8
 
 const (
@@ -113,16 +115,9 @@ const (
 	RetryAfterTooLong                          // the Retry-After wait is longer than the client's cap
 	DeadlineTooClose                           // the backoff does not fit before the deadline
 	BudgetExhausted                            // the retry budget is spent
-	ContextDone                                // the call's context ended while it waited to retry
-	BodyUnavailable                            // GetBody failed: the body of the next attempt could not be made
 	Transparent                                // retried at once, not counted: the connection's life ended the attempt
 	InvalidRequest                             // the request is invalid: it cannot be sent
 	WouldRecur                                 // the failure would recur on every attempt (a TLS handshake refused)
-	DeadlineExceeded                           // the call's deadline expired during an attempt
-	Cancelled                                  // the caller cancelled the call during an attempt
-	AnswerTooLarge                             // the answer to retry was too large to keep until the retry was certain
-	CircuitOpened                              // the answer opened the upstream's breaker for its Retry-After: it is the call's answer
-	Superseded                                 // another attempt of the call, in flight beside this one (a hedge), decided the call
 	OwnFailure                                 // the client's own fault: the request's body failed, or the client was closed
 )
 
@@ -130,12 +125,8 @@ var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", R
 	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
 	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
-	BudgetExhausted: "retry budget exhausted", ContextDone: "context done while waiting to retry",
-	BodyUnavailable: "GetBody failed", Transparent: "transparent retry (the connection's life, not the upstream)",
-	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again",
-	DeadlineExceeded: "deadline expired during an attempt", Cancelled: "cancelled by the caller",
-	AnswerTooLarge: "answer too large to keep while retrying", CircuitOpened: "the answer opened the circuit until its Retry-After",
-	Superseded: "another attempt of the call decided it", OwnFailure: "the client's own fault (its request body, or the client closed)"}
+	BudgetExhausted: "retry budget exhausted", Transparent: "transparent retry (the connection's life, not the upstream)",
+	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again", OwnFailure: "the client's own fault (its request body, or the client closed)"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {

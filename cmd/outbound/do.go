@@ -287,7 +287,7 @@ func writeHead(w io.Writer, resp *http.Response) {
 
 // explain prints the outcome, one line per fact.
 func explain(w io.Writer, out *outcome.Outcome, resp *http.Response) {
-	fmt.Fprintf(w, "outcome: %s after %d attempt(s); ended: %s\n", out.Commit, len(out.Attempts), out.Reason)
+	fmt.Fprintf(w, "outcome: %s after %d attempt(s); ended: %s\n", out.Commit, len(out.Attempts), out.Why())
 	if out.IdempotencyKey != "" {
 		fmt.Fprintf(w, "idempotency key: %s\n", out.IdempotencyKey)
 	}
@@ -299,7 +299,12 @@ func explain(w io.Writer, out *outcome.Outcome, resp *http.Response) {
 		if a.Guard != 0 {
 			line += fmt.Sprintf(", refused by the %s guard", a.Guard)
 		}
-		line += fmt.Sprintf(", %v -> %s", a.Duration.Round(time.Microsecond), a.Decision)
+		line += fmt.Sprintf(", %v", a.Duration.Round(time.Microsecond))
+		if a.Decision != 0 {
+			line += fmt.Sprintf(" -> %s", a.Decision)
+		} else if a.Lost {
+			line += " -> lost to another attempt"
+		}
 		if a.Wait > 0 {
 			line += fmt.Sprintf(" (waited %v)", a.Wait.Round(time.Millisecond))
 		}
