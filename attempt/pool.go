@@ -715,9 +715,12 @@ func (p *pool) closeIdle() {
 }
 
 // close closes every connection; in-flight requests are interrupted.
-func (p *pool) close() {
+func (p *pool) close() { p.shut(&p.closed) }
+
+// shut sets *flag (closed or forgotten) and closes every connection.
+func (p *pool) shut(flag *bool) {
 	p.mu.Lock()
-	p.closed = true
+	*flag = true
 	conns := p.conns
 	p.conns, p.ready = nil, nil
 	p.wakeLocked()
@@ -758,19 +761,7 @@ func (p *pool) remembers() bool {
 
 // closeAndForget takes p out of use and closes its connections, idle ones:
 // see Attempter.makeRoomLocked, whose caller calls it outside its lock.
-func (p *pool) closeAndForget() {
-	p.mu.Lock()
-	p.forgotten = true
-	conns := p.conns
-	p.conns, p.ready = nil, nil
-	p.wakeLocked()
-	p.mu.Unlock()
-	for _, c := range conns {
-		p.t.idle.remove(c)
-		c.stopIdle()
-		c.cc.Close()
-	}
-}
+func (p *pool) closeAndForget() { p.shut(&p.forgotten) }
 
 // forget takes p out of use if it holds nothing: no connection, no dial in
 // progress, no attempt waiting. It reports whether it did.
