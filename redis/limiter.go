@@ -145,8 +145,10 @@ type Degraded struct {
 	// fails sooner is asked again within Confirm, unless Redis refused the
 	// connection: a command queued behind another user's on the client's
 	// connection fails when that command's deadline breaks the connection.
-	// A take whose connection fails, other than for a deadline, degrades
-	// at once.
+	// A check that runs out of time while the process itself is starved
+	// (its timers late by more than Confirm/4) is made again, at most 4
+	// times. A take whose connection fails, other than for a deadline,
+	// degrades at once.
 	Confirm time.Duration
 }
 
@@ -442,39 +444,95 @@ func (l *Limiter) failed(b *bucket, err error) error {
 // check asks Redis, once at a time, whether it answers within Confirm, after
 // a take got no answer within the Timeout: a process short of processor time
 // reads its answers late, and that is not a Redis that is down. It degrades
-// only if Redis does not answer.
+// only if Redis does not answer while the process had the processor: a
+// check that ran out of time while the process itself was starved (its own
+// timers ran late by more than a quarter of Confirm) proves nothing and is
+// made again, up to maxInconclusive times.
 func (l *Limiter) check(b *bucket) {
 	if l.degraded.Load() || l.confirming.Swap(true) {
 		return
 	}
 	go func() {
 		defer l.confirming.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), l.confirm)
-		defer cancel()
-		for {
-			err := gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
+		for round := 0; ; round++ {
+			err, starved := l.confirmOnce(b)
 			switch {
 			case err == nil:
 				return
 			case failureOf(err) == keyFailure:
 				b.degrade(err)
 				return
-			case ctx.Err() != nil || refused(err):
+			case starved && round < maxInconclusive:
+				continue
+			default:
 				l.degrade(err, b.key)
 				return
 			}
-			// Failed before its own deadline, without a refusal: the
-			// connection it was queued on broke — rueidis puts the
-			// deadline of a command that finds its connection idle on the
-			// connection, and when it passes, the commands queued behind
-			// fail with it. That says nothing of Redis: ask again, on a
-			// new connection, within Confirm.
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
 		}
 	}()
+}
+
+// maxInconclusive bounds the checks made again because the process was
+// starved: a Redis that is down is taken for down within
+// (1+maxInconclusive)×Confirm however busy the process is, and until then
+// takes are refused (ErrNoAnswer), which admits less, never more.
+const maxInconclusive = 4
+
+// confirmOnce runs the script, taking nothing, until it answers or Confirm
+// passes; it reports the error of the last try, nil for an answer, and
+// whether the process was starved meanwhile.
+func (l *Limiter) confirmOnce(b *bucket) (err error, starved bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.confirm)
+	defer cancel()
+	lag := watchLag(ctx)
+	for {
+		err = gcra.Exec(ctx, l.client, []string{b.key}, []string{l.args[0], l.args[1], "0", "0", "0"}).Error()
+		if err == nil || failureOf(err) == keyFailure || refused(err) {
+			return err, false
+		}
+		if ctx.Err() != nil {
+			return err, lag() > l.confirm/4
+		}
+		// Failed before its own deadline, without a refusal: the
+		// connection it was queued on broke — rueidis puts the deadline of
+		// a command that finds its connection idle on the connection, and
+		// when it passes, the commands queued behind fail with it. That
+		// says nothing of Redis: ask again, on a new connection.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// watchLag measures, until ctx ends, how late the process runs a timer of
+// 10 ms, and returns a function that reports the most it ran late, counting
+// a timer that has not run yet. A process short of processor time runs
+// every goroutine late, the one that reads Redis's answers too.
+func watchLag(ctx context.Context) func() time.Duration {
+	var most, last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	go func() {
+		t := time.NewTimer(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := time.Now().UnixNano()
+			if late := now - last.Load() - int64(10*time.Millisecond); late > most.Load() {
+				most.Store(late)
+			}
+			last.Store(now)
+			t.Reset(10 * time.Millisecond)
+		}
+	}()
+	return func() time.Duration {
+		pending := time.Now().UnixNano() - last.Load() - int64(10*time.Millisecond)
+		return time.Duration(max(most.Load(), pending))
+	}
 }
 
 // refused reports whether err is a connection Redis's host refused: nothing
