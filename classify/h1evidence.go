@@ -5,7 +5,7 @@ import (
 	"reflect"
 )
 
-// NoResponseByte reports whether err is how net/http's HTTP/1 client says
+// noResponseByte reports whether err is how net/http's HTTP/1 client says
 // that the connection ended before the first byte of the response: the read
 // that waits for the response failed (net/http wraps that error in its
 // unexported transportReadFromServerError, recognised by type name), or the
@@ -14,11 +14,11 @@ import (
 // server closed an idle connection as the request arrived.
 // TestNoResponseByteErrorsOfThisGoVersion fails loudly when a Go release
 // changes either.
-func NoResponseByte(err error) bool {
+func noResponseByte(err error) bool {
 	return netHTTPError(err, serverClosedIdleText, "transportReadFromServerError")
 }
 
-// NothingWritten reports whether err is how net/http's HTTP/1 client says
+// nothingWritten reports whether err is how net/http's HTTP/1 client says
 // that it wrote no byte of the request: its unexported nothingWrittenError
 // (the connection broke, and the bytes it had written to the connection —
 // counted above TLS — had not grown since the request began), recognised by
@@ -31,7 +31,7 @@ func NoResponseByte(err error) bool {
 // TestServerClosedIdleTextOfThisGoVersion and
 // TestAnHTTP1RequestNetHTTPNeverWroteIsNotSentThoughTLSWroteItsCloseNotify
 // fail loudly when a Go release changes either.
-func NothingWritten(err error) bool {
+func nothingWritten(err error) bool {
 	return netHTTPError(err, serverClosedIdleText, "nothingWrittenError")
 }
 

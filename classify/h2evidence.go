@@ -68,12 +68,12 @@ func protocolError(err error) bool {
 	return errors.As(err, &se) && se.Code == http2.ErrCodeProtocol
 }
 
-// GracefulGoAway reports whether err is the error of a stream at or below
+// gracefulGoAway reports whether err is the error of a stream at or below
 // the last-stream-id of a GOAWAY without an error code (NO_ERROR), left
 // unanswered when the connection closed: a server shutting the connection
 // down, not one in trouble. x/net's http2.GoAwayError and net/http's
 // unexported copy of it carry the code.
-func GracefulGoAway(err error) bool {
+func gracefulGoAway(err error) bool {
 	var ga http2.GoAwayError
 	if errors.As(err, &ga) {
 		return ga.ErrCode == http2.ErrCodeNo

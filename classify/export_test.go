@@ -1,0 +1,4 @@
+package classify
+
+// NothingWritten exports nothingWritten to the package's external tests.
+var NothingWritten = nothingWritten
