@@ -28,7 +28,18 @@ import (
 	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/internal/cfgerr"
+	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/clocked"
 	"github.com/outboundhq/outbound/internal/mutate"
+)
+
+// The throttle's and the limiter's methods that take a clock reading
+// instead of reading the clock (package clocked).
+var (
+	throttleAllow  = clocked.ThrottleAllow.(func(*throttle.Throttle, int64) bool)
+	throttleAccept = clocked.ThrottleAccept.(func(*throttle.Throttle, int64))
+	throttleFail   = clocked.ThrottleFail.(func(*throttle.Throttle, int64))
+	limiterTake    = clocked.LimiterTake.(func(*ratelimit.Limiter, int64) bool)
 )
 
 // Config configures a Pipeline: one per upstream. Each guard's zero Config
@@ -179,15 +190,21 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		}
 	}
 	p.event(classify.GuardCircuit, Enter, nil)
+	var took bool // a rate token, on the clock read for the throttle
+	var at int64
 	if p.throttle != nil {
-		if !p.throttle.Allow() {
+		// One clock reading for the throttle and the rate limiter, and for
+		// the throttle again when the attempt ends (at + its duration).
+		at = clock.Now()
+		if !throttleAllow(p.throttle, at) {
 			p.event(classify.GuardThrottle, Reject, throttle.ErrThrottled)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.errThrottled
 		}
 		p.event(classify.GuardThrottle, Enter, nil)
+		took = p.limiter != nil && limiterTake(p.limiter, at)
 	}
-	if p.limiter != nil && !p.limiter.TryAcquire() {
+	if p.limiter != nil && !took && !p.limiter.TryAcquire() {
 		if err := p.limiter.Acquire(ctx); err != nil {
 			p.event(classify.GuardRate, Reject, err)
 			p.refundThrottle()
@@ -220,7 +237,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.bulkhead != nil {
 		p.event(classify.GuardBulkhead, Enter, nil)
 	}
-	return Permit{p: p, circuit: cp}, nil
+	return Permit{p: p, circuit: cp, at: at}, nil
 }
 
 // releaseCircuit gives back the circuit permission of an attempt that a later
@@ -304,6 +321,7 @@ func (p *Pipeline) emit(e Event) {
 type Permit struct {
 	p       *Pipeline // nil once resolved
 	circuit circuit.Permission
+	at      int64 // when it was admitted (clock.Now), with a throttle
 }
 
 // Success ends the attempt as an upstream success that took elapsed (the
@@ -388,12 +406,12 @@ func (pm *Permit) finish(k end, elapsed time.Duration) {
 		p.event(classify.GuardRate, Exit, nil)
 	}
 	if p.throttle != nil {
-		switch k {
+		switch ended := pm.at + int64(elapsed); k {
 		case endSuccess:
-			p.throttle.Accept()
+			throttleAccept(p.throttle, ended)
 			p.event(classify.GuardThrottle, Exit, nil)
 		case endFailure, endLost, endDeclined:
-			p.throttle.Fail()
+			throttleFail(p.throttle, ended)
 			p.event(classify.GuardThrottle, Exit, nil)
 		default: // it says nothing of the upstream
 			p.refundThrottle()

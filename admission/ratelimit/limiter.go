@@ -37,8 +37,11 @@ import (
 
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/clocked"
 	"github.com/outboundhq/outbound/internal/shard"
 )
+
+func init() { clocked.LimiterTake = (*Limiter).tryAcquireAt }
 
 // ErrLimited is returned when no token is available now and none would be
 // within the configured wait.
@@ -120,6 +123,19 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 // TryAcquire takes a token if one is available now, without waiting. A nil
 // Limiter always has one.
 func (l *Limiter) TryAcquire() bool { return l == nil || l.tryTake(0) }
+
+// tryAcquireAt is TryAcquire at now, a clock.Now reading the caller has:
+// the admission pipeline's, which reads the clock once for the throttle and
+// the limiter (package clocked).
+func (l *Limiter) tryAcquireAt(now int64) bool {
+	if l == nil {
+		return true
+	}
+	if s := l.stripes.Load(); s != nil {
+		return l.takeStriped(s, s.Choose(0))
+	}
+	return l.take(now)
+}
 
 // tryTake takes a token available at once; hint chooses the per-processor
 // cell a striped limiter takes from. Any hint is correct; one from the

@@ -31,7 +31,14 @@ import (
 
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
+	"github.com/outboundhq/outbound/internal/clocked"
 )
+
+func init() {
+	clocked.ThrottleAllow = (*Throttle).allowAt
+	clocked.ThrottleAccept = (*Throttle).acceptAt
+	clocked.ThrottleFail = (*Throttle).failAt
+}
 
 // ErrThrottled is the refusal of an attempt by the throttle.
 var ErrThrottled = errors.New("throttle: refused locally: the upstream accepts too few of the attempts sent to it")
@@ -116,11 +123,16 @@ func New(cfg Config) (*Throttle, error) {
 // upstream's answer (or failure) says something of its load; one that says
 // nothing (a later guard refused it, it was never sent, it was cancelled or
 // a hedge won) is not resolved at all: it is counted neither way.
-func (t *Throttle) Allow() bool {
+func (t *Throttle) Allow() bool { return t.allowAt(clock.Now()) }
+
+// allowAt, acceptAt and failAt are Allow, Accept and Fail at now, a
+// clock.Now reading the caller has: the admission pipeline's (package
+// clocked).
+func (t *Throttle) allowAt(now int64) bool {
 	if t == nil {
 		return true
 	}
-	i := t.advance()
+	i := t.advanceTo(now)
 	o := t.pastOthers.Load() + t.others[i].Load()
 	if o == 0 { // the upstream accepted every attempt in the window
 		return true
@@ -154,17 +166,21 @@ func (t *Throttle) Probability() float64 {
 
 // Accept resolves an attempt Allow admitted that the upstream answered with
 // a success: a request and an accept.
-func (t *Throttle) Accept() {
+func (t *Throttle) Accept() { t.acceptAt(clock.Now()) }
+
+func (t *Throttle) acceptAt(now int64) {
 	if t != nil {
-		t.acc[t.advance()].Add(1)
+		t.acc[t.advanceTo(now)].Add(1)
 	}
 }
 
 // Fail resolves an attempt Allow admitted that the upstream did not accept:
 // it failed, or the upstream declined it. It is a request without an accept.
-func (t *Throttle) Fail() {
+func (t *Throttle) Fail() { t.failAt(clock.Now()) }
+
+func (t *Throttle) failAt(now int64) {
 	if t != nil {
-		t.others[t.advance()].Add(1)
+		t.others[t.advanceTo(now)].Add(1)
 	}
 }
 
