@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,12 +190,15 @@ func TestAHedgeTheBulkheadRejectsIsNotSentAndRefundsItsToken(t *testing.T) {
 // flight runs to its answer: an exhausted budget never cancels one.
 func TestAnExhaustedBudgetSendsNoHedgeAndNeverCancelsAnAttemptInFlight(t *testing.T) {
 	s := testkit.NewServer(t, outboundtest.HTTP1)
-	tr := hedgingTransport(t, s, outbound.Config{MaxAttempts: 1, Budget: retry.BudgetConfig{MaxTokens: 4, TokenRatio: 0.1},
+	// Two attempts, so that the call could be hedged (a call of one attempt
+	// never is): with MaxAttempts 1 this test passed whatever the budget.
+	tr := hedgingTransport(t, s, outbound.Config{MaxAttempts: 2, Budget: retry.BudgetConfig{MaxTokens: 4, TokenRatio: 0.1},
 		Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.Disabled}}})
-	for i := range 3 { // failures drain the budget to 1 of 4
-		s.Enqueue(outboundtest.Respond(503))
+	s.SetDefault(outboundtest.Respond(503))
+	for i := range 2 { // three failures drain the budget to 1 of 4 (a retry after the first)
 		hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint("drain", i)))
 	}
+	s.SetDefault(outboundtest.Respond(200))
 	s.Enqueue(outboundtest.Slow(200*time.Millisecond, 200))
 	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "slow"))
 	if err != nil || resp.StatusCode != 200 {
@@ -202,6 +206,42 @@ func TestAnExhaustedBudgetSendsNoHedgeAndNeverCancelsAnAttemptInFlight(t *testin
 	}
 	if sent, lost := hedges(out); sent != 0 || lost != 0 || len(out.Attempts) != 1 {
 		t.Fatalf("%d hedges, %d lost, attempts %+v: want the one attempt, answered", sent, lost, out.Attempts)
+	}
+}
+
+// A hedge the budget withholds is not silent: the BudgetExhausted hook is
+// told, and the outcome counts it; a call that needed no hedge counts none.
+func TestAHedgeTheBudgetWithholdsIsToldToTheHooksAndCountedInTheOutcome(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.HTTP1)
+	var told atomic.Int64
+	tr := hedgingTransport(t, s, outbound.Config{MaxAttempts: 2, Budget: retry.BudgetConfig{MaxTokens: 4, TokenRatio: 0.1},
+		Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.Disabled}},
+		Hooks:     outbound.Hooks{BudgetExhausted: func(context.Context, string) { told.Add(1) }}})
+	s.Enqueue(outboundtest.Slow(100*time.Millisecond, 200))
+	_, out, _ := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "full"))
+	if sent, _ := hedges(out); sent != 1 || out.HedgesWithheld != 0 || told.Load() != 0 {
+		t.Fatalf("with a full budget: %d hedges sent, %d withheld, hook told %d times", sent, out.HedgesWithheld, told.Load())
+	}
+	// The hedge won (3.1 tokens of 4); three 503s drain the budget to 0.1,
+	// the retry after the first of them allowed, after the third not (it is
+	// half or below), which tells the hook once.
+	s.SetDefault(outboundtest.Respond(503))
+	for i := range 2 {
+		hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint("drain", i)))
+	}
+	s.SetDefault(outboundtest.Respond(200))
+	told.Store(0)
+	_, out, _ = hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "fast"))
+	if out.HedgesWithheld != 0 || told.Load() != 0 {
+		t.Fatalf("an answer before the delay: %d withheld, hook told %d times", out.HedgesWithheld, told.Load())
+	}
+	s.Enqueue(outboundtest.Slow(100*time.Millisecond, 200))
+	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "slow"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if sent, _ := hedges(out); sent != 0 || out.HedgesWithheld != 1 || told.Load() != 1 {
+		t.Fatalf("with the budget spent: %d hedges sent, %d withheld, hook told %d times; want 0, 1, 1", sent, out.HedgesWithheld, told.Load())
 	}
 }
 

@@ -79,6 +79,7 @@ type round struct {
 	fireAt  int64 // when the armed timer should fire (clock.Now)
 	left    int   // hedges this round may still send (Hedging.MaxHedges, MaxAttempts)
 	hedges  []*flight
+	held    int     // hedges the budget withheld
 	decided *flight // the attempt whose final answer decided the round
 	closed  bool    // no more hedges
 }
@@ -116,6 +117,7 @@ func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, de
 	if len(r.hedges) == 0 { // answered (or failed) before the delay: no hedge
 		r.closed = true
 		r.timer.Stop()
+		c.out.HedgesWithheld += r.held
 		r.mu.Unlock()
 		return l0, 0
 	}
@@ -129,6 +131,7 @@ func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, de
 		if received == len(r.hedges) { // every attempt has landed
 			r.closed = true
 			r.timer.Stop()
+			c.out.HedgesWithheld += r.held
 			r.mu.Unlock()
 			break
 		}
@@ -227,8 +230,18 @@ func (r *round) tick() {
 	if l := c.lat; l != nil && len(r.hedges) == 0 {
 		l.timerLate(time.Duration(clock.Now()-r.fireAt), r.delay)
 	}
-	if r.closed || r.left == 0 || c.ctx.Err() != nil || !c.budget.TryTake() {
+	if r.closed || r.left == 0 || c.ctx.Err() != nil {
 		r.mu.Unlock()
+		return
+	}
+	if !c.budget.TryTake() {
+		// Withheld: told now, counted in the outcome when the round ends.
+		// The timer is not armed again: the round sends no more hedges.
+		r.held++
+		r.mu.Unlock()
+		if h := c.t.hooks.BudgetExhausted; h != nil {
+			safe2(h, r.first.actx, c.info.Upstream)
+		}
 		return
 	}
 	ai := AttemptInfo{CallInfo: c.info, Attempt: r.physical + 1}

@@ -73,9 +73,10 @@
 //   - outbound.retry.declined (counter, "{retry}"): retries not made after
 //     an attempt that did not end the call with a final answer, by
 //     outbound.upstream and outbound.reason.
-//   - outbound.retry_budget.exhausted (counter, "{retry}"): retries declined
-//     by the upstream's retry budget alone, by outbound.upstream (they are in
-//     outbound.retry.declined too, as "retry budget exhausted").
+//   - outbound.retry_budget.exhausted (counter, "{attempt}"): retries
+//     declined by the upstream's retry budget alone (they are in
+//     outbound.retry.declined too, as "retry budget exhausted") and hedges
+//     it withheld, by outbound.upstream.
 //   - outbound.calls (counter, "{call}"): finished calls, by
 //     outbound.upstream and outbound.commit_status.
 //
@@ -203,7 +204,7 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 	r.rejections = counter("outbound.rejections", "{attempt}", "Attempts refused by a local guard.")
 	r.retries = counter("outbound.retries", "{retry}", "Retries scheduled.")
 	r.declined = counter("outbound.retry.declined", "{retry}", "Retries not made, by reason.")
-	r.exhausted = counter("outbound.retry_budget.exhausted", "{retry}", "Retries declined by the retry budget.")
+	r.exhausted = counter("outbound.retry_budget.exhausted", "{attempt}", "Retries declined and hedges withheld by the retry budget.")
 	r.calls = counter("outbound.calls", "{call}", "Finished calls, by commit status.")
 	if errs != nil {
 		return outbound.Hooks{}, errs

@@ -559,7 +559,7 @@ func TestMetricsOfAnExhaustedBudget(t *testing.T) {
 	}
 	ms := e.collect(t)
 	up := "outbound.upstream=" + e.upstream
-	wantCounts(t, "outbound.retry_budget.exhausted", sums(t, ms, "outbound.retry_budget.exhausted", "{retry}"),
+	wantCounts(t, "outbound.retry_budget.exhausted", sums(t, ms, "outbound.retry_budget.exhausted", "{attempt}"),
 		map[string]int64{up: 1})
 	wantCounts(t, "outbound.retry.declined", sums(t, ms, "outbound.retry.declined", "{retry}"),
 		map[string]int64{"outbound.reason=retry budget exhausted " + up: 1})

@@ -131,6 +131,12 @@ type Outcome struct {
 	// Decided (retry.RefusedLocally for a call refused before its first
 	// attempt).
 	Reason retry.Reason
+	// HedgesWithheld counts the hedges the call would have sent — an
+	// attempt ran past the hedging delay, and the call could send another —
+	// that the upstream's retry budget withheld (Hooks.BudgetExhausted is
+	// told each). A hedge a local guard refused was sent to the guards: it
+	// is in Attempts, a LocalRejection.
+	HedgesWithheld int
 	// IdempotencyKey is the Idempotency-Key header every attempt carried,
 	// the caller's or one generated (Config.IdempotencyKeys), "" if none: the
 	// key to reconcile an unknown outcome with, or to send the call again

@@ -40,7 +40,7 @@ var (
 	rejections = family{"outbound_rejections_total", "Attempts refused by a local guard.", "counter", []string{"outbound_guard", upstream}}
 	retries    = family{"outbound_retries_total", "Retries scheduled.", "counter", []string{upstream}}
 	declined   = family{"outbound_retry_declined_total", "Retries not made, by reason.", "counter", []string{"outbound_reason", upstream}}
-	budget     = family{"outbound_retry_budget_exhausted_total", "Retries declined by the retry budget.", "counter", []string{upstream}}
+	budget     = family{"outbound_retry_budget_exhausted_total", "Retries declined and hedges withheld by the retry budget.", "counter", []string{upstream}}
 	calls      = family{"outbound_calls_total", "Finished calls, by commit status.", "counter", []string{"outbound_commit_status", upstream}}
 	duration   = family{"http_client_request_duration_seconds", "Duration of HTTP client requests.", "histogram",
 		[]string{"error_type", "http_request_method", "http_response_status_code", "server_address", "server_port", "url_scheme"}}
