@@ -43,7 +43,8 @@ type call struct {
 	hedgedCtx  bool     // the last attempt's context is its own (a hedged round's): it ends with the body
 	hedgeable  bool     // the call may be hedged (see Hedging)
 	hedgesSent int
-	lat        *latency // the upstream's latencies, for adaptive hedging
+	allowance  *hedgeAllowance // the upstream's hedges, when hedging
+	lat        *latency        // the upstream's latencies, for adaptive hedging
 }
 
 func newCall(t *Transport, req *http.Request) *call {
@@ -110,6 +111,7 @@ func newCall(t *Transport, req *http.Request) *call {
 	}
 	if h := c.hedging; h != nil && c.route != nil {
 		c.hedgeable = c.replayable && (c.idempotent || h.Keyed && c.hasKey)
+		c.allowance = &us.hedges
 		if h.Delay == 0 && c.hedgeable {
 			c.lat = us.latencies()
 		}

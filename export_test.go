@@ -17,3 +17,7 @@ func BudgetOf(t *Transport, key string) (*retry.Budget, bool) {
 	}
 	return s.(*upstreamState).budget, true
 }
+
+// HedgeBurst is how many hedges an upstream may send at once beyond what
+// its rounds earned.
+const HedgeBurst = hedgeBurst

@@ -2,6 +2,8 @@ package outbound
 
 import (
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -48,5 +50,50 @@ func TestTheLatencyEstimateFindsTheQuantileAndFollowsTheUpstream(t *testing.T) {
 	}
 	if q, _ := tail.quantile(0.99); q < 100*time.Millisecond {
 		t.Fatalf("p99 = %v with a 2%% tail at 100–300 ms: the halvings erased the tail", q)
+	}
+}
+
+// The hedge allowance starts with its burst, spends one hedge per take,
+// atomically (concurrent takers cannot all take the last), earns twice the
+// ExtraLoad per round up to the burst, and takes back a hedge given back.
+func TestTheHedgeAllowanceHoldsABurstAndEarnsTwiceTheExtraLoadPerRound(t *testing.T) {
+	var a hedgeAllowance
+	var wg sync.WaitGroup
+	var took atomic.Int64
+	for range 4 * hedgeBurst {
+		wg.Go(func() {
+			if a.tryTake() {
+				took.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if took.Load() != hedgeBurst {
+		t.Fatalf("took %d hedges at once; want the burst, %d", took.Load(), hedgeBurst)
+	}
+	for range 9 { // 9 rounds at 0.05: 0.9 of a hedge
+		a.earn(0.05)
+	}
+	if a.tryTake() {
+		t.Fatal("a hedge taken with 0.9 earned")
+	}
+	a.earn(0.05)
+	if !a.tryTake() || a.tryTake() {
+		t.Fatal("ten rounds at 0.05 must earn exactly one hedge")
+	}
+	a.giveBack()
+	if !a.tryTake() {
+		t.Fatal("a hedge given back must be takeable again")
+	}
+	for range 100 * hedgeBurst {
+		a.earn(0.5)
+	}
+	for range hedgeBurst {
+		if !a.tryTake() {
+			t.Fatal("the allowance earned less than its burst")
+		}
+	}
+	if a.tryTake() {
+		t.Fatal("the allowance earned more than its burst")
 	}
 }

@@ -246,15 +246,15 @@ func TestAHedgeTheBudgetWithholdsIsToldToTheHooksAndCountedInTheOutcome(t *testi
 }
 
 // Against an upstream where every answer is slow, every call would be
-// hedged; the budget caps the extra attempts at its TokenRatio of the
-// successes (plus half its tokens to start with): amplification at most
-// 1 + the ratio.
-func TestASaturatedUpstreamSeesAmplificationAtMostOnePlusTheBudgetRatio(t *testing.T) {
+// hedged; the upstream's hedge allowance caps the hedges at twice the
+// ExtraLoad of the rounds (0.05 by default, also with a fixed Delay), plus
+// its burst: amplification at most 1.1 once the burst is spent.
+func TestASaturatedUpstreamSeesAmplificationAtMostOnePlusTwiceTheExtraLoad(t *testing.T) {
 	s := testkit.NewServer(t, outboundtest.H2C)
 	s.SetDefault(outboundtest.Slow(30*time.Millisecond, 200))
 	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: time.Millisecond},
 		Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.Disabled}}})
-	const calls = 200
+	const calls = 400
 	results := make(chan *outcome.Outcome, calls)
 	for i := range calls {
 		go func() {
@@ -262,16 +262,17 @@ func TestASaturatedUpstreamSeesAmplificationAtMostOnePlusTheBudgetRatio(t *testi
 			results <- out
 		}()
 	}
-	attempts := 0
+	attempts, withheld := 0, 0
 	for range calls {
-		attempts += len((<-results).Attempts)
+		out := <-results
+		attempts += len(out.Attempts)
+		withheld += out.HedgesWithheld
 	}
-	// The default budget: 10 tokens, hedges while above 5, 0.1 per success.
-	if limit := calls*(1+0.1) + 5 + 1; float64(attempts) > limit {
+	if limit := calls*(1+2*0.05) + outbound.HedgeBurst + 1; float64(attempts) > limit {
 		t.Fatalf("%d attempts for %d calls, want at most %.0f", attempts, calls, limit)
 	}
-	if attempts == calls {
-		t.Fatal("no hedge at all: the test does not exercise the budget")
+	if attempts == calls || withheld == 0 {
+		t.Fatalf("%d attempts, %d hedges withheld: the test does not exercise the allowance", attempts, withheld)
 	}
 }
 
@@ -367,20 +368,27 @@ func TestARefusedHedgeDoesNotHideTheFirstAttemptsFailure(t *testing.T) {
 
 // Regression: a hedge that a local guard refused kept the budget token it
 // took, so hedges refused by a small bulkhead drained the budget of a
-// healthy upstream until no retry was allowed.
+// healthy upstream until no retry was allowed. A hedge refused locally
+// costs nothing: neither the retry budget nor the upstream's hedge
+// allowance (whose burst 50 calls would spend otherwise, and withhold
+// their hedges).
 func TestAHedgeRefusedLocallyCostsNoBudget(t *testing.T) {
 	s := testkit.NewServer(t, outboundtest.H2C)
-	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: 5 * time.Millisecond},
+	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: 2 * time.Millisecond},
 		Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}}})
-	for i := range 6 {
-		s.Enqueue(outboundtest.Slow(30*time.Millisecond, 200))
-		if _, _, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i))); err != nil {
+	for i := range 50 {
+		s.Enqueue(outboundtest.Slow(10*time.Millisecond, 200))
+		_, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i)))
+		if err != nil {
 			t.Fatal(err)
+		}
+		if sent, _ := hedges(out); sent != 1 || out.HedgesWithheld != 0 {
+			t.Fatalf("call %d: %d hedges, %d withheld; want its hedge sent to the guards (and refused)", i, sent, out.HedgesWithheld)
 		}
 	}
 	st, _ := tr.Upstream(tr.UpstreamKey(testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "x")))
 	if st.BudgetTokens < 10 {
-		t.Fatalf("budget %.1f of 10 after six successful calls whose hedges the bulkhead refused", st.BudgetTokens)
+		t.Fatalf("budget %.1f of 10 after 50 successful calls whose hedges the bulkhead refused", st.BudgetTokens)
 	}
 }
 

@@ -38,7 +38,8 @@ type Hooks struct {
 	RetryDecided func(ctx context.Context, a AttemptInfo, d retry.Decision)
 
 	// BudgetExhausted is called when the retry budget of an upstream
-	// declines a retry that every other rule allowed, or withholds a hedge
+	// declines a retry that every other rule allowed, or when a hedge is
+	// withheld — by that budget or by the upstream's hedge allowance
 	// (Outcome.HedgesWithheld counts those).
 	BudgetExhausted func(ctx context.Context, upstream string)
 

@@ -208,6 +208,7 @@ type Transport struct {
 type upstreamState struct {
 	budget *retry.Budget
 	lat    atomic.Pointer[latency]
+	hedges hedgeAllowance
 }
 
 // New validates cfg and returns a Transport. Errors name the offending field.

@@ -101,6 +101,7 @@ func (c *call) hedged(first *flight, body io.ReadCloser, notBefore time.Time, de
 	left = min(left, c.hedgesLeft())
 	r := &round{c: c, first: first, notBefore: notBefore, delay: delay, physical: physical, left: left,
 		ch: make(chan landing, left)}
+	c.allowance.earn(c.hedging.extraLoad())
 	first.takeOff()
 	r.mu.Lock()
 	r.arm(delay)
@@ -234,7 +235,7 @@ func (r *round) tick() {
 		r.mu.Unlock()
 		return
 	}
-	if !c.budget.TryTake() {
+	if !c.budget.Allows() || !c.allowance.tryTake() {
 		// Withheld: told now, counted in the outcome when the round ends.
 		// The timer is not armed again: the round sends no more hedges.
 		r.held++
@@ -250,7 +251,7 @@ func (r *round) tick() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok || r.closed { // no body for it, or the round ended meanwhile
-		c.budget.GiveBack()
+		c.allowance.giveBack()
 		if ok {
 			f.cancel()
 			if body != nil {
@@ -266,7 +267,7 @@ func (r *round) tick() {
 	go func() {
 		l := r.fly(f, body)
 		if l.a.Category == classify.LocalRejection {
-			c.budget.GiveBack() // it never left: it costs nothing, as a refused retry does not
+			c.allowance.giveBack() // it never left: it costs nothing, as a refused retry does not
 		}
 		r.mu.Lock()
 		f.landed = true

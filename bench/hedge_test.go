@@ -100,6 +100,7 @@ func BenchmarkHedging(b *testing.B) {
 				}
 				up.requests.Store(0)
 				hedges.Store(0)
+				withheld.Store(0)
 				lat := make([]time.Duration, 0, b.N)
 				var mu sync.Mutex
 				var next atomic.Int64
@@ -125,14 +126,22 @@ func BenchmarkHedging(b *testing.B) {
 				b.ReportMetric(q(0.99), "p99-ms")
 				b.ReportMetric(q(0.999), "p99.9-ms")
 				b.ReportMetric(100*float64(hedges.Load())/float64(b.N), "hedges-%")
+				if c.name == "outbound-hedged" {
+					b.ReportMetric(100*float64(withheld.Load())/float64(b.N), "withheld-%")
+				}
 				b.ReportMetric(100*float64(up.requests.Load()-int64(b.N))/float64(b.N), "extra-received-%")
 			})
 		}
 	}
 }
 
-// mustOutbound returns a Transport that counts the hedges it sends.
+// withheld counts the hedges the budget withheld, in the benchmark running.
+var withheld atomic.Int64
+
+// mustOutbound returns a Transport that counts the hedges it sends, and
+// those its budget withheld.
 func mustOutbound(tb testing.TB, cfg outbound.Config, hedges *atomic.Int64) http.RoundTripper {
+	cfg.Hooks.CallDone = func(_ context.Context, o *outcome.Outcome) { withheld.Add(int64(o.HedgesWithheld)) }
 	cfg.Hooks.AttemptDone = func(_ context.Context, _ outbound.AttemptInfo, a outcome.Attempt) {
 		if a.Hedge && a.Category != classify.LocalRejection {
 			hedges.Add(1)

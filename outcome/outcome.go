@@ -133,8 +133,8 @@ type Outcome struct {
 	Reason retry.Reason
 	// HedgesWithheld counts the hedges the call would have sent — an
 	// attempt ran past the hedging delay, and the call could send another —
-	// that the upstream's retry budget withheld (Hooks.BudgetExhausted is
-	// told each). A hedge a local guard refused was sent to the guards: it
+	// that the upstream withheld: its hedge allowance was spent, or its
+	// retry budget held half or less (Hooks.BudgetExhausted is told each). A hedge a local guard refused was sent to the guards: it
 	// is in Attempts, a LocalRejection.
 	HedgesWithheld int
 	// IdempotencyKey is the Idempotency-Key header every attempt carried,

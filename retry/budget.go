@@ -71,24 +71,6 @@ func (b *Budget) add(delta int64) {
 	}
 }
 
-// TryTake takes a token for an extra attempt (a hedge) if the budget allows
-// one now, atomically: concurrent callers cannot all take the last one.
-func (b *Budget) TryTake() bool {
-	for {
-		old := b.milli.Load()
-		if old <= b.max/2 {
-			return false
-		}
-		if b.milli.CompareAndSwap(old, max(old-1000, 0)) {
-			return true
-		}
-	}
-}
-
-// GiveBack returns a token TryTake took for an attempt that never reached
-// the upstream (a local guard refused it).
-func (b *Budget) GiveBack() { b.add(1000) }
-
 // Allows reports whether a retry may be made now.
 func (b *Budget) Allows() bool { return b.milli.Load() > b.max/2 }
 

@@ -2,8 +2,6 @@ package retry_test
 
 import (
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/outboundhq/outbound/retry"
@@ -57,31 +55,5 @@ func TestInvalidBudgetConfigNamesTheField(t *testing.T) {
 		if _, err := retry.NewBudget(cfg); err == nil || !strings.Contains(err.Error(), "BudgetConfig."+field) {
 			t.Errorf("err = %v, want it to name %s", err, field)
 		}
-	}
-}
-
-// TryTake takes a token only while the budget holds more than half, and
-// concurrent takers cannot all take the last one; GiveBack returns it.
-func TestTryTakeTakesOnlyAboveHalfAtomicallyAndGiveBackReturnsIt(t *testing.T) {
-	b, err := retry.NewBudget(retry.BudgetConfig{MaxTokens: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var took atomic.Int64
-	for range 64 {
-		wg.Go(func() {
-			if b.TryTake() {
-				took.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if took.Load() != 5 || b.Tokens() != 5 {
-		t.Fatalf("took %d, %v tokens left; want 5 and 5 (10 tokens, takes while more than half)", took.Load(), b.Tokens())
-	}
-	b.GiveBack()
-	if !b.TryTake() || b.TryTake() {
-		t.Fatal("a token given back must be takeable once")
 	}
 }
