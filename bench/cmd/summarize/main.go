@@ -372,6 +372,14 @@ func (s *summary) targets(w io.Writer) {
 		fx := med(fs, "hedges-%")
 		row("hedging ("+proto+"): p99 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s ms at %.2f%% hedges vs %s ms at %.2f%%)",
 			ratio(fr), num(med(hedged, "p99-ms")), x, num(med(fs, "p99-ms")), fx), fr <= 1 && x <= fx)
+		if len(s.values(hedged, "p99.9-ms")) > 0 {
+			fr := rat(hedged, fs, "p99.9-ms")
+			row("hedging ("+proto+"): p99.9 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s ms at %.2f%% hedges vs %s ms at %.2f%%)",
+				ratio(fr), num(med(hedged, "p99.9-ms")), x, num(med(fs, "p99.9-ms")), fx), fr <= 1 && x <= fx)
+		}
+		if len(s.values(hedged, "withheld-%")) > 0 {
+			row("hedging ("+proto+"): hedges withheld by the allowance or the budget", fmt.Sprintf("%.2f%% of the calls", med(hedged, "withheld-%")), true)
+		}
 	}
 	m := med("IdleBreaker/outbound", "B/breaker")
 	g := med("IdleBreaker/gobreaker", "B/breaker")
