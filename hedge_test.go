@@ -276,6 +276,48 @@ func TestASaturatedUpstreamSeesAmplificationAtMostOnePlusTwiceTheExtraLoad(t *te
 	}
 }
 
+// A hedge that lost the race counts for nothing with the breaker, even one
+// that answered: a hedge's 503 beside a first attempt's 200 is no breaker
+// failure (before, with a budget that allowed many hedges, those 503s
+// opened the breaker on calls that all succeeded), with or without a body
+// to its answer, over both protocols. A round that no final answer decides
+// still records its answers' failures.
+func TestAHedgeLosersAnswerIsNoBreakerFailure(t *testing.T) {
+	for _, proto := range []outboundtest.Proto{outboundtest.HTTP1, outboundtest.H2C} {
+		for name, hedgeAnswer := range map[string]outboundtest.Fault{
+			"503 with a body":  outboundtest.Respond(503),
+			"503 with no body": outboundtest.Respond(503).WithBody(nil),
+		} {
+			t.Run(proto.String()+"/"+name, func(t *testing.T) {
+				s := testkit.NewServer(t, proto)
+				tr := hedgingTransport(t, s, outbound.Config{Admission: admission.Config{Circuit: circuit.Config{
+					WindowSize: 10, MinimumCalls: 4, FailureRateThreshold: 50}}})
+				for i := range 6 {
+					s.Enqueue(outboundtest.Slow(80*time.Millisecond, 200), hedgeAnswer)
+					resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i)))
+					if err != nil || resp.StatusCode != 200 {
+						t.Fatalf("call %d: %v %v, outcome %+v", i, resp, err, out)
+					}
+					if sent, _ := hedges(out); sent != 1 {
+						t.Fatalf("call %d: %d hedges; the test needs one, answered 503", i, sent)
+					}
+				}
+				m := tr.Breakers()[s.URL]
+				if m.Failed != 0 || m.State != circuit.Closed {
+					t.Fatalf("breaker %+v after six calls that succeeded, each beside a hedge answered 503", m)
+				}
+				// No final answer: both 503s are the upstream's.
+				s.Enqueue(outboundtest.Slow(80*time.Millisecond, 503), hedgeAnswer)
+				ctx := outbound.WithMaxAttempts(context.Background(), 2)
+				hedgedDo(t, tr, testkit.NewRequest(t, ctx, s, testkit.NoBody, "both-503"))
+				if m := tr.Breakers()[s.URL]; m.Failed != 2 {
+					t.Fatalf("breaker %+v: want the round's two 503s recorded", m)
+				}
+			})
+		}
+	}
+}
+
 // Regression: the context of a hedged round's deciding attempt was ended
 // when the call returned, not when its body was: the body of the answer was
 // cut short (and its HTTP/1.1 connection closed under it).

@@ -184,7 +184,7 @@ func (c *call) endRound(r *round, ls []landing) landing {
 			others = append(others, *l)
 		}
 	}
-	c.settle(others)
+	c.settle(others, r.decided != nil)
 	return *chosen
 }
 
@@ -293,7 +293,7 @@ func (f *flight) takeOff() {
 // fly makes f's attempt and describes how it landed.
 func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
-	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore})
+	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore, Provisional: true})
 	now := clock.Now()
 	return landing{f: f, resp: resp, err: err, a: record(resp, err, time.Duration(now-f.start)), at: now}
 }
@@ -320,10 +320,18 @@ func (c *call) newHedge(ai AttemptInfo) (*flight, io.ReadCloser, bool) {
 
 // settle ends the attempts of a round that did not decide it: their answers
 // are closed, their contexts ended, and they are recorded in the outcome
-// and told to the hooks.
-func (c *call) settle(ls []landing) {
+// and told to the hooks. When a final answer decided the round (won), the
+// others lost the race and count for nothing with the breaker, even those
+// that answered (a hedge's 503 beside a first attempt's 200): each is
+// cancelled before its answer is closed, which releases its permit
+// (attempt.Options.Provisional). When none did, every answer is the
+// upstream's verdict, and is closed first.
+func (c *call) settle(ls []landing, won bool) {
 	h := &c.t.hooks
 	for _, l := range ls {
+		if won {
+			l.f.cancel()
+		}
 		if l.resp != nil {
 			l.resp.Body.Close()
 		}

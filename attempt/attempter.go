@@ -360,6 +360,15 @@ type Options struct {
 	// connections it closed: the keep-alive race would make it Ambiguous
 	// and lose it, where a new connection costs only a dial.
 	Unretryable bool
+
+	// Provisional says that the attempt races others of one call (a hedged
+	// round), and the call, not the answer, says whether it counts: the
+	// breaker's verdict on its answer waits until the answer's body is
+	// closed or read to the end, even an empty body, and an answer whose
+	// context the caller cancelled before that is released — neither
+	// success nor failure. The call cancels the attempts that lost the race
+	// before it closes their answers.
+	Provisional bool
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context
@@ -502,9 +511,12 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
-		finish(&pm, failed, declined(resp), elapsed)
-		up.held.Add(-1)
-		return resp, nil
+		if !o.Provisional {
+			finish(&pm, failed, declined(resp), elapsed)
+			up.held.Add(-1)
+			return resp, nil
+		}
+		resp.Body = http.NoBody // its verdict waits for its Close
 	}
 	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, t: t, up: up}
 	if ctx.Done() != nil {
@@ -671,7 +683,10 @@ func (b *body) endFailed(ce *classify.Error) {
 func (b *body) Close() error {
 	b.closing.Store(true)
 	err := b.rc.Close()
-	b.end(b.failed, false)
+	// Closed after the caller cancelled the attempt: what contextDone
+	// does (it may not have run yet), so that a cancel, then a close, is
+	// always a release.
+	b.end(b.failed, callerCancelled(b.ctx))
 	return err
 }
 

@@ -151,6 +151,51 @@ func TestACallerCancelledAttemptIsNeitherSuccessNorFailure(t *testing.T) {
 	}
 }
 
+// A provisional answer (one attempt of a hedged round) is judged when its
+// body is closed, even an empty one — which a plain attempt judges at once —
+// and an answer whose attempt the caller cancelled before closing it is
+// released: the call, not the answer, says whether it counts.
+func TestAProvisionalAnswerIsJudgedWhenClosedAndReleasedIfCancelledFirst(t *testing.T) {
+	for _, p := range protos {
+		for name, answer := range map[string]outboundtest.Fault{
+			"with a body": outboundtest.Respond(503), "with no body": outboundtest.Respond(503).WithBody(nil)} {
+			t.Run(p.String()+"/"+name, func(t *testing.T) {
+				s := newServer(t, p)
+				s.SetDefault(answer)
+				var ev events
+				tr := newTransport(t, s, attempt.Config{Admission: admission.Config{OnEvent: ev.On}})
+				attemptOn := func(ctx context.Context) *http.Response {
+					req := newRequest(t, ctx, s, noBody, "x")
+					r, err := tr.Route(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp, err := tr.AttemptOn(ctx, r, req, attempt.Options{AsIs: true, Provisional: true})
+					if err != nil || resp.StatusCode != 503 {
+						t.Fatalf("%v %v", resp, err)
+					}
+					return resp
+				}
+				resp := attemptOn(context.Background())
+				if n := ev.Count("circuit-exit(failure)"); n != 0 {
+					t.Fatalf("judged before its body was closed: %d failures", n)
+				}
+				resp.Body.Close()
+				if n := ev.Count("circuit-exit(failure)"); n != 1 {
+					t.Fatalf("closed: %d failures, want 1", n)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				resp = attemptOn(ctx)
+				cancel()
+				resp.Body.Close()
+				if n := ev.Count("circuit-exit(failure)") + ev.Count("circuit-exit(success)"); n != 1 {
+					t.Fatalf("cancelled, then closed: the breaker recorded %d attempts, want only the first", n)
+				}
+			})
+		}
+	}
+}
+
 func TestAnAttemptTimeoutIsAnUpstreamFailure(t *testing.T) {
 	s := newServer(t, outboundtest.HTTP1)
 	s.SetDefault(outboundtest.Hang())
