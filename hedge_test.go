@@ -318,6 +318,30 @@ func TestAHedgeLosersAnswerIsNoBreakerFailure(t *testing.T) {
 	}
 }
 
+// With an adaptive bulkhead, a hedging Transport keeps room under the
+// limit for one call and its hedges: the limit's floor is 1 + MaxHedges.
+// Before, a single caller's limit settled at 1 or 2 against a slow tail and
+// the bulkhead refused the hedges themselves; here the limit starts at 1,
+// and the hedge gets its slot.
+func TestAnAdaptiveLimitLeavesRoomForOneCallAndItsHedges(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.H2C)
+	tr := hedgingTransport(t, s, outbound.Config{Admission: admission.Config{Bulkhead: bulkhead.Config{
+		MaxConcurrent: 8, Adaptive: true, InitialConcurrent: 1}}})
+	s.Enqueue(outboundtest.Slow(100*time.Millisecond, 200))
+	resp, out, err := hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, "slow"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	for _, a := range out.Attempts {
+		if a.Category == classify.LocalRejection {
+			t.Fatalf("attempt %+v refused locally: the hedge found no room under the limit", a)
+		}
+	}
+	if sent, lost := hedges(out); sent != 1 || lost != 1 {
+		t.Fatalf("%d hedges, %d lost: want the hedge sent, winning over the slow first attempt", sent, lost)
+	}
+}
+
 // Regression: the context of a hedged round's deciding attempt was ended
 // when the call returned, not when its body was: the body of the answer was
 // cut short (and its HTTP/1.1 connection closed under it).

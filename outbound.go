@@ -228,6 +228,7 @@ func New(cfg Config) (*Transport, error) {
 	if _, err := retry.NewBudget(cfg.Budget); err != nil {
 		return nil, cfgerr.In("outbound", "Budget", err)
 	}
+	hedgeRoom(&cfg)
 	budget := cfg.Budget
 	var forgotten func(string)
 	if f := cfg.Hooks.UpstreamForgotten; f != nil {
@@ -364,6 +365,28 @@ func OutcomeOf(err error) (*outcome.Outcome, bool) {
 
 // validate checks the fields of cfg that the Transport itself uses, and
 // the contradictions between them.
+// hedgeRoom raises the floor of an adaptive bulkhead to one call and its
+// hedges (1 + Hedging.MaxHedges, within MaxConcurrent) when the Transport
+// hedges: with few callers the limit settles near the attempts in flight,
+// and a slow tail reads as queueing, so that a floor of 1 refused the very
+// hedges meant to cut that tail. InitialConcurrent moves up with it when it
+// was valid below the new floor; values that were invalid stay so, for the
+// error that names them.
+func hedgeRoom(cfg *Config) {
+	b := &cfg.Admission.Bulkhead
+	if cfg.Hedging == nil || !b.Adaptive {
+		return
+	}
+	floor := min(1+cfg.Hedging.maxHedges(), b.MaxConcurrent)
+	if b.MinConcurrent >= floor || b.MinConcurrent > b.MaxConcurrent {
+		return
+	}
+	if b.InitialConcurrent != 0 && b.InitialConcurrent >= b.MinConcurrent && b.InitialConcurrent < floor {
+		b.InitialConcurrent = floor
+	}
+	b.MinConcurrent = floor
+}
+
 func validate(cfg *Config) error {
 	if err := cfg.Hedging.validate(); err != nil {
 		return err
