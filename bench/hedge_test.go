@@ -165,3 +165,102 @@ func call(b *testing.B, rt http.RoundTripper, url string) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 }
+
+// saturated is an upstream at its capacity: 4 requests are served at once,
+// each for 2 ms, and the others queue (a queued request whose caller gave
+// up leaves the queue). It counts the requests it receives.
+type saturated struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+}
+
+func newSaturated(tb testing.TB, h2c bool) *saturated {
+	s := &saturated{}
+	slots := make(chan struct{}, 4)
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		select {
+		case slots <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-slots }()
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	if h2c {
+		s.srv.Config.Protocols = new(http.Protocols)
+		s.srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	s.srv.Start()
+	tb.Cleanup(s.srv.Close)
+	return s
+}
+
+// BenchmarkHedgingSaturated calls an upstream at its capacity from 16
+// callers — every answer is slow because of the queue, and a hedge only
+// lengthens it — through outbound without hedging, with adaptive hedging at
+// a 5% extra-load target, and through failsafe-go's hedge policy with the
+// same rule, and reports the amplification (requests the upstream received
+// per call) and the latency percentiles.
+func BenchmarkHedgingSaturated(b *testing.B) {
+	for _, proto := range []string{"http1", "h2c"} {
+		h2c := proto == "h2c"
+		clients := []struct {
+			name string
+			rt   func(tb testing.TB) http.RoundTripper
+		}{
+			{"outbound", func(tb testing.TB) http.RoundTripper {
+				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c)}, new(atomic.Int64))
+			}},
+			{"outbound-hedged", func(tb testing.TB) http.RoundTripper {
+				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c),
+					Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, new(atomic.Int64))
+			}},
+			{"failsafe-hedged", func(tb testing.TB) http.RoundTripper {
+				t := slowTailTransport(h2c)
+				tb.Cleanup(t.CloseIdleConnections)
+				return failsafehttp.NewRoundTripper(t,
+					hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 500, 64).WithMaxHedges(1).Build())
+			}},
+		}
+		for _, c := range clients {
+			b.Run(proto+"/"+c.name, func(b *testing.B) {
+				up := newSaturated(b, h2c)
+				rt := c.rt(b)
+				for range 200 { // warm up: connections, and the latency estimates
+					call(b, rt, up.srv.URL)
+				}
+				up.requests.Store(0)
+				lat := make([]time.Duration, 0, b.N)
+				var mu sync.Mutex
+				var next atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							start := time.Now()
+							call(b, rt, up.srv.URL)
+							d := time.Since(start)
+							mu.Lock()
+							lat = append(lat, d)
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				slices.Sort(lat)
+				q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+				b.ReportMetric(q(0.5), "p50-ms")
+				b.ReportMetric(q(0.99), "p99-ms")
+				b.ReportMetric(float64(up.requests.Load())/float64(b.N), "amplification")
+			})
+		}
+	}
+}

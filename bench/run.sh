@@ -70,6 +70,12 @@ benches=(
 	"Hedging/h2c/outbound 3000"
 	"Hedging/h2c/outbound-hedged 3000"
 	"Hedging/h2c/failsafe-hedged 3000"
+	"HedgingSaturated/http1/outbound 2000"
+	"HedgingSaturated/http1/outbound-hedged 2000"
+	"HedgingSaturated/http1/failsafe-hedged 2000"
+	"HedgingSaturated/h2c/outbound 2000"
+	"HedgingSaturated/h2c/outbound-hedged 2000"
+	"HedgingSaturated/h2c/failsafe-hedged 2000"
 )
 # The fleet-wide rate limit against go-redis/redis_rate, each on a
 # redis-server the benchmark starts (Debian package redis-server).

@@ -153,6 +153,10 @@ func baseline(n string) (base, unit string, higherBetter bool) {
 		if len(parts) == 3 {
 			return "Hedging/" + parts[1] + "/outbound", "p99-ms", false
 		}
+	case "HedgingSaturated":
+		if len(parts) == 3 {
+			return "HedgingSaturated/" + parts[1] + "/outbound", "amplification", false
+		}
 	}
 	return "", "ns/op", false
 }
@@ -380,6 +384,17 @@ func (s *summary) targets(w io.Writer) {
 		if len(s.values(hedged, "withheld-%")) > 0 {
 			row("hedging ("+proto+"): hedges withheld by the allowance or the budget", fmt.Sprintf("%.2f%% of the calls", med(hedged, "withheld-%")), true)
 		}
+	}
+	for _, proto := range []string{"http1", "h2c"} {
+		hedged, fs := "HedgingSaturated/"+proto+"/outbound-hedged", "HedgingSaturated/"+proto+"/failsafe-hedged"
+		if len(s.values(hedged, "amplification")) == 0 {
+			continue
+		}
+		a := med(hedged, "amplification")
+		row("hedging ("+proto+", upstream at its capacity): requests received per call ≤ 1.1", fmt.Sprintf("%.3f (p99 %s ms; without hedging %.3f, p99 %s ms)",
+			a, num(med(hedged, "p99-ms")), med("HedgingSaturated/"+proto+"/outbound", "amplification"), num(med("HedgingSaturated/"+proto+"/outbound", "p99-ms"))), a <= 1.1)
+		info("for comparison ("+proto+", upstream at its capacity): failsafe-go's hedge policy, requests received per call", fmt.Sprintf("%.3f (p99 %s ms)",
+			med(fs, "amplification"), num(med(fs, "p99-ms"))))
 	}
 	m := med("IdleBreaker/outbound", "B/breaker")
 	g := med("IdleBreaker/gobreaker", "B/breaker")
