@@ -145,6 +145,15 @@ type Config struct {
 	// but here an idle connection also keeps its upstream's state.
 	IdleConnTimeout time.Duration
 
+	// MaxConnAge and MaxConnRequests retire a connection once it is that
+	// old or has carried that many requests: it takes no new request and
+	// is closed when those in flight have ended, so that connections
+	// spread again over an upstream's replicas after they change (net/http
+	// keeps a connection for as long as it works: golang/go#54429). Zero
+	// means no limit, the default.
+	MaxConnAge      time.Duration
+	MaxConnRequests int
+
 	// UpstreamIdleTime is how long an upstream's state (breaker, rate
 	// limiter, bulkhead, retry budget, connection pool) is kept without a
 	// call before it is forgotten, if it holds nothing worth keeping: a
@@ -240,6 +249,7 @@ func New(cfg Config) (*Transport, error) {
 	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: forgotten,
+		MaxConnAge: cfg.MaxConnAge, MaxConnRequests: cfg.MaxConnRequests,
 		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
 		UpstreamState: func(string) any {
 			b, _ := retry.NewBudget(budget) // validated above

@@ -242,6 +242,8 @@ func TestAConfigurationErrorNamesTheFieldFromTheTop(t *testing.T) {
 		"outbound: Config.Admission.Circuit.WindowSize must":                    {Admission: admission.Config{Circuit: circuit.Config{WindowSize: -1}}},
 		"outbound: Config.Admission.Bulkhead.MaxWait needs MaxConcurrent > 0":   {Admission: admission.Config{Bulkhead: bulkhead.Config{MaxWait: time.Second}}},
 		"outbound: Config.UpstreamIdleTime must":                                {UpstreamIdleTime: time.Millisecond},
+		"outbound: Config.MaxConnAge must be >= 0, got -1s":                     {MaxConnAge: -time.Second},
+		"outbound: Config.MaxConnRequests must":                                 {MaxConnRequests: -1},
 	} {
 		if _, err := outbound.New(cfg); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("err = %v, want %q…", err, want)

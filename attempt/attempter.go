@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -85,6 +86,15 @@ type Config struct {
 	// zero too, 90 seconds: net/http then keeps idle connections forever,
 	// but here an idle connection also keeps its upstream's state.
 	IdleConnTimeout time.Duration
+
+	// MaxConnAge and MaxConnRequests retire a connection, once it is that
+	// old or has carried that many requests: it takes no new request, and
+	// is closed when those in flight have ended. Connections then move to
+	// the upstream's current addresses and spread again after a change of
+	// replicas. Zero means no limit (net/http keeps a connection for as
+	// long as it works).
+	MaxConnAge      time.Duration
+	MaxConnRequests int
 
 	// UpstreamIdleTime is how long the state of an upstream (its breaker,
 	// rate limiter and bulkhead, and the pool of its address) is kept
@@ -172,6 +182,8 @@ type Attempter struct {
 	idleTimeout     time.Duration
 	maxIdlePerHost  int
 	maxConnsPerHost int
+	maxConnAge      time.Duration // MaxConnAge; 0: none
+	maxConnRequests int32         // MaxConnRequests; 0: none
 	keep            time.Duration // UpstreamIdleTime; negative: forever
 	maxUpstreams    int
 	onForget        func(string)
@@ -203,6 +215,10 @@ func New(cfg Config) (*Attempter, error) {
 		return nil, cfgerr.New("attempt", "IdleConnTimeout", "must be >= 0, got %v", cfg.IdleConnTimeout)
 	case cfg.MaxUpstreams < 0:
 		return nil, cfgerr.New("attempt", "MaxUpstreams", "must be >= 0, got %d", cfg.MaxUpstreams)
+	case cfg.MaxConnAge < 0:
+		return nil, cfgerr.New("attempt", "MaxConnAge", "must be >= 0, got %v", cfg.MaxConnAge)
+	case cfg.MaxConnRequests < 0 || cfg.MaxConnRequests > math.MaxInt32:
+		return nil, cfgerr.New("attempt", "MaxConnRequests", "must be in [0, %d], got %d", math.MaxInt32, cfg.MaxConnRequests)
 	case cfg.UpstreamIdleTime > 0 && cfg.UpstreamIdleTime < 4*time.Millisecond:
 		return nil, cfgerr.New("attempt", "UpstreamIdleTime", "must be 0, negative or at least 4ms, got %v", cfg.UpstreamIdleTime)
 	}
@@ -256,6 +272,8 @@ func New(cfg Config) (*Attempter, error) {
 		idleTimeout:     cmp.Or(cfg.IdleConnTimeout, base.IdleConnTimeout, 90*time.Second),
 		maxIdlePerHost:  cmp.Or(base.MaxIdleConnsPerHost, http.DefaultMaxIdleConnsPerHost),
 		maxConnsPerHost: max(base.MaxConnsPerHost, 0),
+		maxConnAge:      cfg.MaxConnAge,
+		maxConnRequests: int32(cfg.MaxConnRequests),
 		idle:            idleList{max: max(base.MaxIdleConns, 0)},
 		keep:            cmp.Or(cfg.UpstreamIdleTime, defaultUpstreamIdleTime),
 		maxUpstreams:    cfg.MaxUpstreams,

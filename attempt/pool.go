@@ -167,6 +167,18 @@ func (p *pool) get(ctx context.Context, o Options) (*conn, int32, error) {
 		if o.Unretryable && idleLimit > 0 {
 			avoid.idleBefore = clock.Now() - int64(idleLimit)
 		}
+		if m := p.t.maxConnRequests; m > 0 && (avoid.maxStreams == 0 || m < avoid.maxStreams) {
+			avoid.maxStreams = m // take, below, holds it against racing attempts
+		}
+		if p.t.maxConnAge > 0 || p.t.maxConnRequests > 0 {
+			if spent := p.spentLocked(); len(spent) > 0 {
+				p.mu.Unlock()
+				for _, c := range spent {
+					p.retire(c) // closed once what is in flight has ended
+				}
+				continue
+			}
+		}
 		// The most recently freed connection first (its TCP and TLS state
 		// is warm). Busy connections are never asked, so an attempt does
 		// not pay a failed Reserve (an allocation) per busy connection.
@@ -308,6 +320,19 @@ func (c *conn) take(maxStreams int32) (int32, bool) {
 			return n + 1, true
 		}
 	}
+}
+
+// spentLocked returns the ready connections that are MaxConnAge old or
+// have carried MaxConnRequests requests, to be retired. p.mu must be held.
+func (p *pool) spentLocked() []*conn {
+	var spent []*conn
+	for _, c := range p.ready {
+		if p.t.maxConnAge > 0 && time.Since(c.born) >= p.t.maxConnAge ||
+			p.t.maxConnRequests > 0 && c.streams.Load() >= p.t.maxConnRequests {
+			spent = append(spent, c)
+		}
+	}
+	return spent
 }
 
 // avoidance says which connections a request keeps off, beyond those
