@@ -101,27 +101,7 @@ func BenchmarkHedging(b *testing.B) {
 				up.requests.Store(0)
 				hedges.Store(0)
 				withheld.Store(0)
-				lat := make([]time.Duration, 0, b.N)
-				var mu sync.Mutex
-				var next atomic.Int64
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for range 16 {
-					wg.Go(func() {
-						for next.Add(1) <= int64(b.N) {
-							start := time.Now()
-							call(b, rt, up.srv.URL)
-							d := time.Since(start)
-							mu.Lock()
-							lat = append(lat, d)
-							mu.Unlock()
-						}
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				slices.Sort(lat)
-				q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+				q := callFrom16(b, rt, up.srv.URL)
 				b.ReportMetric(q(0.5), "p50-ms")
 				b.ReportMetric(q(0.99), "p99-ms")
 				b.ReportMetric(q(0.999), "p99.9-ms")
@@ -236,31 +216,37 @@ func BenchmarkHedgingSaturated(b *testing.B) {
 					call(b, rt, up.srv.URL)
 				}
 				up.requests.Store(0)
-				lat := make([]time.Duration, 0, b.N)
-				var mu sync.Mutex
-				var next atomic.Int64
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for range 16 {
-					wg.Go(func() {
-						for next.Add(1) <= int64(b.N) {
-							start := time.Now()
-							call(b, rt, up.srv.URL)
-							d := time.Since(start)
-							mu.Lock()
-							lat = append(lat, d)
-							mu.Unlock()
-						}
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				slices.Sort(lat)
-				q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+				q := callFrom16(b, rt, up.srv.URL)
 				b.ReportMetric(q(0.5), "p50-ms")
 				b.ReportMetric(q(0.99), "p99-ms")
 				b.ReportMetric(float64(up.requests.Load())/float64(b.N), "amplification")
 			})
 		}
 	}
+}
+
+// callFrom16 makes b.N calls to url from 16 callers, timed, and returns the
+// quantiles of their latencies, in milliseconds.
+func callFrom16(b *testing.B, rt http.RoundTripper, url string) func(p float64) float64 {
+	lat := make([]time.Duration, 0, b.N)
+	var mu sync.Mutex
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				start := time.Now()
+				call(b, rt, url)
+				d := time.Since(start)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	return func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
 }
