@@ -43,12 +43,7 @@ func newSlowTail(tb testing.TB, h2c bool) *slowTail {
 		}
 		io.WriteString(w, "ok")
 	}))
-	if h2c {
-		s.srv.Config.Protocols = new(http.Protocols)
-		s.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	}
-	s.srv.Start()
-	tb.Cleanup(s.srv.Close)
+	startUpstream(tb, s.srv, h2c)
 	return s
 }
 
@@ -70,25 +65,7 @@ func slowTailTransport(h2c bool) *http.Transport {
 func BenchmarkHedging(b *testing.B) {
 	for _, proto := range []string{"http1", "h2c"} {
 		h2c := proto == "h2c"
-		clients := []struct {
-			name string
-			rt   func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper
-		}{
-			{"outbound", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c)}, hedges)
-			}},
-			{"outbound-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c),
-					Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, hedges)
-			}},
-			{"failsafe-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
-				t := slowTailTransport(h2c)
-				tb.Cleanup(t.CloseIdleConnections)
-				return failsafehttp.NewRoundTripper(t,
-					hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 500, 64).WithMaxHedges(1).
-						OnHedge(func(failsafe.ExecutionEvent[*http.Response]) { hedges.Add(1) }).Build())
-			}},
-		}
+		clients := hedgingClients(h2c)
 		for _, c := range clients {
 			b.Run(proto+"/"+c.name, func(b *testing.B) {
 				up := newSlowTail(b, h2c)
@@ -172,12 +149,7 @@ func newSaturated(tb testing.TB, h2c bool) *saturated {
 		}
 		io.WriteString(w, "ok")
 	}))
-	if h2c {
-		s.srv.Config.Protocols = new(http.Protocols)
-		s.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	}
-	s.srv.Start()
-	tb.Cleanup(s.srv.Close)
+	startUpstream(tb, s.srv, h2c)
 	return s
 }
 
@@ -190,28 +162,11 @@ func newSaturated(tb testing.TB, h2c bool) *saturated {
 func BenchmarkHedgingSaturated(b *testing.B) {
 	for _, proto := range []string{"http1", "h2c"} {
 		h2c := proto == "h2c"
-		clients := []struct {
-			name string
-			rt   func(tb testing.TB) http.RoundTripper
-		}{
-			{"outbound", func(tb testing.TB) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c)}, new(atomic.Int64))
-			}},
-			{"outbound-hedged", func(tb testing.TB) http.RoundTripper {
-				return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c),
-					Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, new(atomic.Int64))
-			}},
-			{"failsafe-hedged", func(tb testing.TB) http.RoundTripper {
-				t := slowTailTransport(h2c)
-				tb.Cleanup(t.CloseIdleConnections)
-				return failsafehttp.NewRoundTripper(t,
-					hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 500, 64).WithMaxHedges(1).Build())
-			}},
-		}
+		clients := hedgingClients(h2c)
 		for _, c := range clients {
 			b.Run(proto+"/"+c.name, func(b *testing.B) {
 				up := newSaturated(b, h2c)
-				rt := c.rt(b)
+				rt := c.rt(b, new(atomic.Int64))
 				for range 200 { // warm up: connections, and the latency estimates
 					call(b, rt, up.srv.URL)
 				}
@@ -249,4 +204,44 @@ func callFrom16(b *testing.B, rt http.RoundTripper, url string) func(p float64) 
 	b.StopTimer()
 	slices.Sort(lat)
 	return func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+}
+
+// startUpstream starts srv, speaking h2c if asked, until the benchmark ends.
+func startUpstream(tb testing.TB, srv *httptest.Server, h2c bool) {
+	if h2c {
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Start()
+	tb.Cleanup(srv.Close)
+}
+
+// hedgingClient is a client of the hedging benchmarks: rt makes its
+// RoundTripper, which counts the hedges it sends in hedges.
+type hedgingClient struct {
+	name string
+	rt   func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper
+}
+
+// hedgingClients are outbound without hedging, outbound with adaptive
+// hedging at a 5% extra-load target, and failsafe-go's hedge policy with
+// the same rule (a hedge after the 95th percentile of recent latencies,
+// remembering about 500, from the 64th on; one hedge).
+func hedgingClients(h2c bool) []hedgingClient {
+	return []hedgingClient{
+		{"outbound", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+			return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c)}, hedges)
+		}},
+		{"outbound-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+			return mustOutbound(tb, outbound.Config{HTTPTransport: slowTailTransport(h2c),
+				Hedging: &outbound.Hedging{ExtraLoad: 0.05}}, hedges)
+		}},
+		{"failsafe-hedged", func(tb testing.TB, hedges *atomic.Int64) http.RoundTripper {
+			t := slowTailTransport(h2c)
+			tb.Cleanup(t.CloseIdleConnections)
+			return failsafehttp.NewRoundTripper(t,
+				hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 500, 64).WithMaxHedges(1).
+					OnHedge(func(failsafe.ExecutionEvent[*http.Response]) { hedges.Add(1) }).Build())
+		}},
+	}
 }
