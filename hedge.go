@@ -117,8 +117,13 @@ type hedgeAllowance struct{ spent atomic.Int64 } // in thousandths of a hedge
 const hedgeBurst = 32
 
 // earn credits one round of a call hedging with extraLoad.
-func (a *hedgeAllowance) earn(extraLoad float64) {
-	d := int64(2 * extraLoad * 1000)
+func (a *hedgeAllowance) earn(extraLoad float64) { a.credit(int64(2 * extraLoad * 1000)) }
+
+// giveBack returns a hedge that never left the process.
+func (a *hedgeAllowance) giveBack() { a.credit(1000) }
+
+// credit gives back d thousandths of a hedge, up to a full allowance.
+func (a *hedgeAllowance) credit(d int64) {
 	for {
 		old := a.spent.Load()
 		if old == 0 || a.spent.CompareAndSwap(old, max(old-d, 0)) {
@@ -136,16 +141,6 @@ func (a *hedgeAllowance) tryTake() bool {
 		}
 		if a.spent.CompareAndSwap(old, old+1000) {
 			return true
-		}
-	}
-}
-
-// giveBack returns a hedge that never left the process.
-func (a *hedgeAllowance) giveBack() {
-	for {
-		old := a.spent.Load()
-		if a.spent.CompareAndSwap(old, max(old-1000, 0)) {
-			return
 		}
 	}
 }
