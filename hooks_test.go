@@ -85,14 +85,21 @@ func TestAPanickingHookDoesNotBreakTheCall(t *testing.T) {
 	s := newServer(t, outboundtest.HTTP1)
 	boom := func() { panic("observer bug") }
 	c := newClient(t, s, outbound.Config{Hooks: outbound.Hooks{
-		CallStart:    func(context.Context, outbound.CallInfo) context.Context { boom(); return nil },
-		AttemptStart: func(context.Context, outbound.AttemptInfo) context.Context { boom(); return nil },
-		AttemptDone:  func(context.Context, outbound.AttemptInfo, outcome.Attempt) { boom() },
-		CallDone:     func(context.Context, *outcome.Outcome) { boom() },
-		Guard:        func(admission.Event) { boom() },
+		CallStart:         func(context.Context, outbound.CallInfo) context.Context { boom(); return nil },
+		AttemptStart:      func(context.Context, outbound.AttemptInfo) context.Context { boom(); return nil },
+		AttemptDone:       func(context.Context, outbound.AttemptInfo, outcome.Attempt) { boom() },
+		CallDone:          func(context.Context, *outcome.Outcome) { boom() },
+		Guard:             func(admission.Event) { boom() },
+		UpstreamForgotten: func(string) { boom() },
 	}})
 	if _, status, err := do(t, c, newRequest(t, context.Background(), s, noBody, "x")); err != nil || status != 200 {
 		t.Fatalf("status %d err %v", status, err)
+	}
+	// A clean upstream is forgotten with its last connection: the hook
+	// panics, and the Transport goes on.
+	c.CloseIdleConnections()
+	if n := len(c.Upstreams()); n != 0 {
+		t.Fatalf("%d upstreams kept after their last connection closed", n)
 	}
 }
 

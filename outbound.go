@@ -239,16 +239,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	hedgeRoom(&cfg)
 	budget := cfg.Budget
-	var forgotten func(string)
-	if f := cfg.Hooks.UpstreamForgotten; f != nil {
-		forgotten = func(key string) {
-			defer func() { _ = recover() }()
-			f(key)
-		}
-	}
 	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
-		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: forgotten,
+		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: cfg.Hooks.UpstreamForgotten, // which recovers its panics
 		MaxConnAge: cfg.MaxConnAge, MaxConnRequests: cfg.MaxConnRequests,
 		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
 		UpstreamState: func(string) any {
