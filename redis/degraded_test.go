@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,21 +32,30 @@ func TestASlowAnswerIsNotARedisThatIsDown(t *testing.T) {
 				Prefix: fmt.Sprintf("slow%d:", leased), OnEvent: ev.on,
 				Degraded: outboundredis.Degraded{Share: 0.5, Confirm: time.Second}})
 			g := l.For("up")
-			noAnswer := 0
-			for range 20 {
-				err := g.Take(context.Background())
-				switch {
-				case errors.Is(err, outboundredis.ErrNoAnswer):
-					if !errors.Is(err, ratelimit.ErrLimited) {
-						t.Fatal("ErrNoAnswer is not a local rejection")
+			// Eight callers at once: a check that shared their connection
+			// was failed by their deadlines, again and again, and the
+			// Limiter switched although Redis answered every take.
+			var noAnswer atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 100 {
+						err := g.Take(context.Background())
+						switch {
+						case errors.Is(err, outboundredis.ErrNoAnswer):
+							if !errors.Is(err, ratelimit.ErrLimited) {
+								t.Error("ErrNoAnswer is not a local rejection")
+							}
+							noAnswer.Add(1)
+						case err != nil:
+							t.Errorf("take: %v", err)
+						}
+						time.Sleep(2 * time.Millisecond) // a caller's pace, not a timing assertion
 					}
-					noAnswer++
-				case err != nil:
-					t.Fatalf("take: %v", err)
-				}
-				time.Sleep(5 * time.Millisecond) // a caller's pace, not a timing assertion
+				})
 			}
-			if noAnswer == 0 {
+			wg.Wait()
+			if noAnswer.Load() == 0 {
 				t.Fatal("every take was answered within the Timeout: the slowness was not reproduced")
 			}
 			time.Sleep(100 * time.Millisecond) // the checks answer (40 ms); not a timing assertion

@@ -443,7 +443,12 @@ func (l *Limiter) failed(b *bucket, err error) error {
 
 // check asks Redis, once at a time, whether it answers within Confirm, after
 // a take got no answer within the Timeout: a process short of processor time
-// reads its answers late, and that is not a Redis that is down. It degrades
+// reads its answers late, and that is not a Redis that is down. Until it
+// ends, takes without a token at hand are refused (ErrNoAnswer) without a
+// round trip: on the connection they share, rueidis puts the deadline of a
+// command that finds it idle on the connection, and takes that timed out
+// one after another failed the check early, again and again, while Redis
+// answered every command, only later than the Timeout. It degrades
 // only if Redis does not answer while the process had the processor: a
 // check that ran out of time while the process itself was starved (its own
 // timers ran late by more than a quarter of Confirm) proves nothing and is
@@ -719,6 +724,14 @@ func (b *bucket) Take(ctx context.Context) error {
 		if now.Before(b.limited) {
 			b.mu.Unlock()
 			return ratelimit.ErrLimited
+		}
+		if l.confirming.Load() {
+			// Redis is being checked (check): no round trip until it has
+			// answered or not, so that the check is not failed by the
+			// deadlines of takes queued on the same connection.
+			b.mu.Unlock()
+			l.noAnswer.Add(1)
+			return ErrNoAnswer
 		}
 		if l.lease > 1 && b.fetching != nil { // one round trip at a time per upstream
 			wait := b.fetching
