@@ -419,8 +419,13 @@ func (t *Attempter) lastConnGone(p *pool) {
 		t.mu.Unlock()
 		return
 	}
-	for _, q := range u.pools {
+	for i, q := range u.pools {
 		if q.remembers() || !q.forget() {
+			// The upstream stays, without the pools forgotten before q:
+			// a forgotten pool left in u.pools would be found again by
+			// every attempt to its address, which would renew it to
+			// itself for ever.
+			u.pools = slices.Delete(u.pools, 0, i)
 			t.mu.Unlock()
 			return
 		}
