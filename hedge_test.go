@@ -342,6 +342,23 @@ func TestAnAdaptiveLimitLeavesRoomForOneCallAndItsHedges(t *testing.T) {
 	}
 }
 
+// Regression: with hedging on, every attempt of a round waited for its
+// answer to be closed before it was judged, even an empty success: eight
+// HEAD calls whose bodies were never closed held five slots of a bulkhead
+// of five, and three calls were refused (none without hedging).
+func TestAnEmptyAnswerNeverClosedHoldsNoSlotWithHedging(t *testing.T) {
+	s := testkit.NewServer(t, outboundtest.HTTP1)
+	tr := hedgingTransport(t, s, outbound.Config{Hedging: &outbound.Hedging{Delay: time.Second},
+		Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 5}}})
+	for i := range 8 {
+		req := testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint(i))
+		req.Method = http.MethodHead
+		if _, _, err := tr.Do(req); err != nil { // the body is never closed
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
 // Regression: the context of a hedged round's deciding attempt was ended
 // when the call returned, not when its body was: the body of the answer was
 // cut short (and its HTTP/1.1 connection closed under it).

@@ -382,10 +382,13 @@ type Options struct {
 	// Provisional says that the attempt races others of one call (a hedged
 	// round), and the call, not the answer, says whether it counts: the
 	// breaker's verdict on its answer waits until the answer's body is
-	// closed or read to the end, even an empty body, and an answer whose
-	// context the caller cancelled before that is released — neither
-	// success nor failure. The call cancels the attempts that lost the race
-	// before it closes their answers.
+	// closed or read to the end — even an empty body (http.NoBody), when
+	// the answer is a failure; an empty success is judged at once, as
+	// without Provisional, so that one the caller never closes (a HEAD's)
+	// holds no permit — and an answer whose context the caller cancelled
+	// before that is released: neither success nor failure. The call
+	// cancels the attempts that lost the race before it closes their
+	// answers.
 	Provisional bool
 }
 
@@ -529,12 +532,12 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
-		if !o.Provisional {
+		if !o.Provisional || !failed {
 			finish(&pm, failed, declined(resp), elapsed)
 			up.held.Add(-1)
 			return resp, nil
 		}
-		resp.Body = http.NoBody // its verdict waits for its Close
+		resp.Body = http.NoBody // a failure that may lose the race: judged at its Close
 	}
 	b := &body{rc: resp.Body, pm: pm, failed: failed, declined: declined(resp), elapsed: elapsed, ctx: ctx, upstream: key, t: t, up: up}
 	if ctx.Done() != nil {

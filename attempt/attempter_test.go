@@ -152,9 +152,12 @@ func TestACallerCancelledAttemptIsNeitherSuccessNorFailure(t *testing.T) {
 }
 
 // A provisional answer (one attempt of a hedged round) is judged when its
-// body is closed, even an empty one — which a plain attempt judges at once —
-// and an answer whose attempt the caller cancelled before closing it is
-// released: the call, not the answer, says whether it counts.
+// body is closed, even an empty failure — which a plain attempt judges at
+// once — and an answer whose attempt the caller cancelled before closing it
+// is released: the call, not the answer, says whether it counts. An empty
+// success over HTTP/1 (http.NoBody) is judged at once, as without
+// Provisional, so that one never closed holds no permit; over HTTP/2 every
+// answer waits for its Close, provisional or not.
 func TestAProvisionalAnswerIsJudgedWhenClosedAndReleasedIfCancelledFirst(t *testing.T) {
 	for _, p := range protos {
 		for name, answer := range map[string]outboundtest.Fault{
@@ -164,19 +167,19 @@ func TestAProvisionalAnswerIsJudgedWhenClosedAndReleasedIfCancelledFirst(t *test
 				s.SetDefault(answer)
 				var ev events
 				tr := newTransport(t, s, attempt.Config{Admission: admission.Config{OnEvent: ev.On}})
-				attemptOn := func(ctx context.Context) *http.Response {
+				attemptOn := func(ctx context.Context, status int) *http.Response {
 					req := newRequest(t, ctx, s, noBody, "x")
 					r, err := tr.Route(req)
 					if err != nil {
 						t.Fatal(err)
 					}
 					resp, err := tr.AttemptOn(ctx, r, req, attempt.Options{AsIs: true, Provisional: true})
-					if err != nil || resp.StatusCode != 503 {
+					if err != nil || resp.StatusCode != status {
 						t.Fatalf("%v %v", resp, err)
 					}
 					return resp
 				}
-				resp := attemptOn(context.Background())
+				resp := attemptOn(context.Background(), 503)
 				if n := ev.Count("circuit-exit(failure)"); n != 0 {
 					t.Fatalf("judged before its body was closed: %d failures", n)
 				}
@@ -185,11 +188,18 @@ func TestAProvisionalAnswerIsJudgedWhenClosedAndReleasedIfCancelledFirst(t *test
 					t.Fatalf("closed: %d failures, want 1", n)
 				}
 				ctx, cancel := context.WithCancel(context.Background())
-				resp = attemptOn(ctx)
+				resp = attemptOn(ctx, 503)
 				cancel()
 				resp.Body.Close()
 				if n := ev.Count("circuit-exit(failure)") + ev.Count("circuit-exit(success)"); n != 1 {
 					t.Fatalf("cancelled, then closed: the breaker recorded %d attempts, want only the first", n)
+				}
+				if p == outboundtest.HTTP1 {
+					s.SetDefault(outboundtest.Respond(200).WithBody(nil))
+					attemptOn(context.Background(), 200) // never closed
+					if n := ev.Count("circuit-exit(success)"); n != 1 {
+						t.Fatalf("an empty success: %d successes before its Close, want 1", n)
+					}
 				}
 			})
 		}
