@@ -261,8 +261,9 @@ func (p *Pipeline) take(ctx context.Context) (err error) {
 	return p.shared.Take(ctx)
 }
 
-// refundThrottle takes the request of an attempt that a later guard refused
-// out of the throttle's count: the upstream never saw it.
+// refundThrottle tells of an attempt the throttle admitted and a later guard
+// refused: the throttle counts an attempt only when it is resolved, so there
+// is nothing to take back — the upstream never saw it.
 func (p *Pipeline) refundThrottle() {
 	if p.throttle != nil {
 		p.event(classify.GuardThrottle, Refund, nil) // never resolved: counted neither way

@@ -704,10 +704,14 @@ func (b *body) endFailed(ce *classify.Error) {
 func (b *body) Close() error {
 	b.closing.Store(true)
 	err := b.rc.Close()
-	// Closed after the caller cancelled the attempt: what contextDone
-	// does (it may not have run yet), so that a cancel, then a close, is
-	// always a release.
-	b.end(b.failed, callerCancelled(b.ctx))
+	if b.ctx.Err() != nil {
+		// Closed after the attempt's context ended: judged as contextDone
+		// judges it (it may not have run yet) — a cancellation, then a
+		// close, is a release; an attempt timeout, then a close, a failure.
+		b.contextDone()
+	} else {
+		b.end(b.failed, false)
+	}
 	return err
 }
 
