@@ -181,8 +181,9 @@ func TestACallRefusedBeforeItsUpstreamExistsKeepsNoRetryBudget(t *testing.T) {
 	if _, err := getURL(t, tr, "ftp://files.test/x"); err == nil {
 		t.Fatal("an ftp URL was sent")
 	}
-	if _, ok := outbound.BudgetOf(tr, "ftp://files.test"); ok {
-		t.Error("a retry budget for a URL that cannot be sent")
+	ftp, _ := http.NewRequest(http.MethodGet, "ftp://files.test/x", nil)
+	if _, ok := outbound.BudgetOf(tr, tr.UpstreamKey(ftp)); ok || len(tr.Upstreams()) != 0 {
+		t.Errorf("state kept for a URL that cannot be sent: upstreams %v", tr.Upstreams())
 	}
 	if _, err := getURL(t, tr, "http://one.test/"); err != nil {
 		t.Fatal(err)

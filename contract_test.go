@@ -99,7 +99,7 @@ func TestTimeoutsAreReportedAsNetHTTPReportsThem(t *testing.T) {
 				t.Fatalf("Do: %s: %v", got, err)
 			}
 			if name == "Timeout" && out.End != outcome.DeadlineExceeded {
-				t.Fatalf("end reason %v", out.Reason)
+				t.Fatalf("end %v", out.End)
 			}
 			_, err = (&http.Client{Transport: c}).Get(s.URL)
 			if got := isTimeout(err); got != want {
@@ -116,7 +116,7 @@ func TestEndReasonsNameWhatHappened(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, out, _ := c.Do(newRequest(t, ctx, s, noBody, "deadline")); out.End != outcome.DeadlineExceeded {
-		t.Fatalf("deadline during an attempt: %v", out.Reason)
+		t.Fatalf("deadline during an attempt: end %v", out.End)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	c2 := newClient(t, s, outbound.Config{Hooks: outbound.Hooks{AttemptStart: func(ctx context.Context, _ outbound.AttemptInfo) context.Context {
@@ -124,7 +124,7 @@ func TestEndReasonsNameWhatHappened(t *testing.T) {
 		return ctx
 	}}})
 	if _, out, err := c2.Do(newRequest(t, ctx, s, noBody, "cancel")); out.End != outcome.Cancelled || !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled during an attempt: %v, %v", out.Reason, err)
+		t.Fatalf("cancelled during an attempt: end %v, %v", out.End, err)
 	}
 }
 

@@ -222,9 +222,9 @@ func TestAHedgeTheBudgetWithholdsIsToldToTheHooksAndCountedInTheOutcome(t *testi
 	if sent, _ := hedges(out); sent != 1 || out.HedgesWithheld != 0 || told.Load() != 0 {
 		t.Fatalf("with a full budget: %d hedges sent, %d withheld, hook told %d times", sent, out.HedgesWithheld, told.Load())
 	}
-	// The hedge won (3.1 tokens of 4); three 503s drain the budget to 0.1,
-	// the retry after the first of them allowed, after the third not (it is
-	// half or below), which tells the hook once.
+	// A hedge costs no retry token (4 of 4 left); three 503s drain the
+	// budget to 1, the retry after the first of them allowed, after the
+	// third not (it is half or below), which tells the hook once.
 	s.SetDefault(outboundtest.Respond(503))
 	for i := range 2 {
 		hedgedDo(t, tr, testkit.NewRequest(t, context.Background(), s, testkit.NoBody, fmt.Sprint("drain", i)))
