@@ -17,30 +17,44 @@ import (
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 )
 
-// pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok" for any
-// host, so that a test runs in a synctest bubble.
-func pipeDial(context.Context, string, string) (net.Conn, error) {
-	client, server := net.Pipe()
-	go func() {
-		defer server.Close()
-		r := bufio.NewReader(server)
-		for {
-			req, err := http.ReadRequest(r)
-			if err != nil {
-				return
+// answeringDial dials an in-memory HTTP/1.1 upstream, so that a test runs
+// in a synctest bubble: it answers each request after delay (in the
+// bubble's time) with the status line answer gives for the address dialed,
+// and closes the connection after the answer when closing is set.
+func answeringDial(delay time.Duration, closing bool, answer func(addr string) string) func(context.Context, string, string) (net.Conn, error) {
+	return func(_ context.Context, _, addr string) (net.Conn, error) {
+		client, server := net.Pipe()
+		go func() {
+			defer server.Close()
+			r := bufio.NewReader(server)
+			for {
+				req, err := http.ReadRequest(r)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				time.Sleep(delay) // the upstream's work
+				head := "HTTP/1.1 " + answer(addr) + "\r\nContent-Length: 2\r\n"
+				if closing {
+					head += "Connection: close\r\n"
+				}
+				if _, err := io.WriteString(server, head+"\r\nok"); err != nil || closing {
+					return
+				}
 			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if _, err := io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-				return
-			}
-		}
-	}()
-	return client, nil
+		}()
+		return client, nil
+	}
 }
+
+// pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok" for any
+// host.
+var pipeDial = answeringDial(0, false, func(string) string { return "200 OK" })
 
 // An idle upstream's retry budget is forgotten with the rest of its state,
 // and the hooks are told; looking a budget up creates none.
@@ -78,30 +92,13 @@ func TestAForgottenUpstreamTakesItsRetryBudgetWithIt(t *testing.T) {
 // after delay, with status 503 for the host "sick.test" and 200 for any
 // other; hits counts the requests to sick.test.
 func slowDial(delay time.Duration, hits *atomic.Int64) func(context.Context, string, string) (net.Conn, error) {
-	return func(_ context.Context, _, addr string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go func() {
-			defer server.Close()
-			r := bufio.NewReader(server)
-			for {
-				req, err := http.ReadRequest(r)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				time.Sleep(delay) // the upstream's work, in the bubble's time
-				status := "200 OK"
-				if strings.HasPrefix(addr, "sick.test") {
-					hits.Add(1)
-					status = "503 Service Unavailable"
-				}
-				if _, err := io.WriteString(server, "HTTP/1.1 "+status+"\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-					return
-				}
-			}
-		}()
-		return client, nil
-	}
+	return answeringDial(delay, false, func(addr string) string {
+		if strings.HasPrefix(addr, "sick.test") {
+			hits.Add(1)
+			return "503 Service Unavailable"
+		}
+		return "200 OK"
+	})
 }
 
 func getURL(t *testing.T, tr *outbound.Transport, url string) (*http.Response, error) {
@@ -217,4 +214,56 @@ func TestAnInternationalizedHostIsDialedAsNetHTTPDialsIt(t *testing.T) {
 		t.Fatalf("net/http: %v", err)
 	}
 	bare.Body.Close()
+}
+
+// Regression: an upstream whose last connection closed was forgotten at
+// once if its breaker's window held no failure, with what its throttle and
+// its retry budget had learned: when its idle connection timed out
+// (IdleConnTimeout), or the upstream or the caller closed it after an
+// answer, the throttle started afresh and a drained retry budget was full
+// again. Only an upstream that has learned nothing is forgotten with its
+// last connection; the others are kept for the idle time.
+func TestAnUpstreamThatLearnedSomethingIsNotForgottenWithItsLastConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status string
+		cfg    outbound.Config
+		kept   bool
+	}{
+		{"a throttle refusing", "429 Too Many Requests", outbound.Config{MaxAttempts: 1,
+			Admission: admission.Config{Throttle: throttle.Config{Enabled: true}}}, true},
+		// 503s the breaker does not count: only the budget learns.
+		{"a retry budget spent", "503 Service Unavailable", outbound.Config{MaxAttempts: 2,
+			IsFailure: func(*http.Response) bool { return false }}, true},
+		{"nothing learned", "200 OK", outbound.Config{Admission: admission.Config{Throttle: throttle.Config{Enabled: true}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := tc.cfg
+				cfg.HTTPTransport = &http.Transport{DialContext: answeringDial(0, false, func(string) string { return tc.status })}
+				cfg.IdleConnTimeout, cfg.UpstreamIdleTime = 10*time.Second, time.Hour
+				var forgotten atomic.Int64
+				cfg.Hooks.UpstreamForgotten = func(string) { forgotten.Add(1) }
+				tr, err := outbound.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				refused := 0
+				for range 30 {
+					if _, err := getURL(t, tr, "http://upstream.test/"); errors.Is(err, throttle.ErrThrottled) {
+						refused++
+					}
+				}
+				if tc.cfg.Admission.Throttle.Enabled && tc.kept && refused == 0 {
+					t.Fatal("30 answers of 429 and the throttle refused none")
+				}
+				time.Sleep(time.Minute) // the idle connection times out, the upstream does not
+				synctest.Wait()
+				if _, kept := tr.Upstream("http://upstream.test:80"); kept != tc.kept || (forgotten.Load() == 0) != tc.kept {
+					t.Fatalf("kept %v once its connection was gone (forgotten %d times), want %v", kept, forgotten.Load(), tc.kept)
+				}
+			})
+		})
+	}
 }

@@ -220,6 +220,13 @@ type upstreamState struct {
 	hedges hedgeAllowance
 }
 
+// Learned reports whether s holds what recent outcomes taught and a new
+// state would not know: a retry budget below full, or hedges spent beyond
+// what rounds earned back. The latencies are not in it: they make hedging
+// sooner, not safer, and an upstream whose only news is its latency must
+// not refuse another its room (MaxUpstreams).
+func (s *upstreamState) Learned() bool { return !s.budget.Full() || s.hedges.spent.Load() > 0 }
+
 // New validates cfg and returns a Transport. Errors name the offending field.
 func New(cfg Config) (*Transport, error) {
 	if g := cfg.Hooks.Guard; g != nil {

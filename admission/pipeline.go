@@ -171,6 +171,21 @@ func (p *Pipeline) Bulkhead() *bulkhead.Bulkhead { return p.bulkhead }
 // Throttle returns the pipeline's client-side throttle; nil means none.
 func (p *Pipeline) Throttle() *throttle.Throttle { return p.throttle }
 
+// Learned reports whether p's guards hold what recent outcomes taught them,
+// which a new pipeline would not know: failed or slow calls in the
+// breaker's window, attempts refused or failed in the throttle's window, or
+// an adaptive limit that has closed a sampling window. The breaker's state
+// and the tokens and slots held are not in it.
+func (p *Pipeline) Learned() bool {
+	if m := p.breaker.Metrics(); m.Failed > 0 || m.Slow > 0 {
+		return true
+	}
+	if r, a := p.throttle.Counts(); r > a {
+		return true
+	}
+	return p.bulkhead.Windows() > 0
+}
+
 // Acquire admits one attempt: circuit, then the throttle, the rate limiter
 // and the bulkhead. On
 // success the Permit holds all three and must be resolved exactly once; on

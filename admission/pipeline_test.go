@@ -599,3 +599,38 @@ func TestAMovedAdaptiveLimitIsAnEvent(t *testing.T) {
 		t.Fatalf("no %s among the events: %s", want, log)
 	}
 }
+
+// A pipeline has learned something a new one would not know once its
+// breaker's window holds a failure, its throttle's window an attempt the
+// upstream declined, or its adaptive limit has closed a sampling window;
+// successes alone teach it nothing. (An upstream that has learned something
+// is not forgotten with its last connection, nor to make room.)
+func TestAPipelineHasLearnedWhatANewOneWouldNotKnow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     admission.Config
+		resolve func(*admission.Permit)
+	}{
+		{"a failure in the breaker's window", admission.Config{}, func(pm *admission.Permit) { pm.Failure(time.Millisecond) }},
+		{"a declined attempt in the throttle's window", admission.Config{Throttle: throttle.Config{Enabled: true}},
+			func(pm *admission.Permit) { pm.Declined(time.Millisecond) }},
+		{"an adaptive limit's window", admission.Config{Bulkhead: bulkhead.Config{Adaptive: true, MaxConcurrent: 64}},
+			func(pm *admission.Permit) { pm.Success(time.Millisecond) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := newPipeline(t, tc.cfg)
+			for range 200 {
+				pm := acquire(t, p)
+				pm.Success(time.Millisecond)
+			}
+			if w := p.Bulkhead().Windows(); p.Learned() != (w > 0) || tc.cfg.Bulkhead.Adaptive != (w > 0) {
+				t.Fatalf("learned %v after 200 successes, with %d adaptive windows closed", p.Learned(), w)
+			}
+			pm := acquire(t, p)
+			tc.resolve(&pm)
+			if !p.Learned() {
+				t.Fatal("nothing learned")
+			}
+		})
+	}
+}

@@ -115,7 +115,10 @@ type Config struct {
 	// per upstream (a retry budget, latencies): it is called once, when the
 	// upstream's state is made — under the Attempter's lock, so it must not
 	// call the Attempter — and what it returns lives and is forgotten with
-	// the upstream (Route.State, Attempter.State).
+	// the upstream (Route.State, Attempter.State). If it has a method
+	// Learned() bool, an upstream whose state reports true is kept until
+	// the idle time, as one whose guards learned something is: not
+	// forgotten to make room, nor with its last connection.
 	UpstreamState func(key string) any
 
 	// OnForget, if set, is called with the key of each upstream whose

@@ -39,8 +39,9 @@ import (
 // (no clock read, no lock), and an entry not used for five sweeps is idle.
 //
 // MaxUpstreams caps the upstreams kept: a new one beyond it makes room by
-// forgetting the least recently used that hold nothing, whatever their idle
-// time, and is refused (classify.ErrTooManyUpstreams, a local rejection) when none
+// forgetting the least recently used that hold nothing and have learned
+// nothing from recent outcomes (forgettable), whatever their idle time, and
+// is refused (classify.ErrTooManyUpstreams, a local rejection) when none
 // does — an outage is never forgotten to make room.
 
 const (
@@ -362,17 +363,19 @@ func (t *Attempter) armSweeperLocked() {
 // forgettable reports whether u holds nothing worth keeping (see the
 // comment at the top of this file): no permit held, every rate token back,
 // the breaker in its start state — and, when room is to be made for another
-// upstream or its last connection has gone (busy), the breaker's window
-// without failures or slow calls: an upstream in use is not forgotten to
-// make room, whereas outcomes older than the idle time are no longer recent.
+// upstream or its last connection has gone (busy), nothing learned from
+// recent outcomes, by its guards (admission.Pipeline.Learned) or by the
+// layer above (Config.UpstreamState): an upstream in use is not forgotten
+// to make room or because its connections close, whereas outcomes older
+// than the idle time are no longer recent.
 func (t *Attempter) forgettable(u *upstream, busy bool) bool {
 	p := u.pipeline
 	if u.held.Load() != 0 || p.Breaker().State() != t.admission.Circuit.StartState || !p.Limiter().Full() {
 		return false
 	}
 	if busy {
-		m := p.Breaker().Metrics()
-		return m.Failed == 0 && m.Slow == 0
+		l, ok := u.state.(interface{ Learned() bool })
+		return !p.Learned() && (!ok || !l.Learned())
 	}
 	return true
 }

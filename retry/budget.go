@@ -74,5 +74,8 @@ func (b *Budget) add(delta int64) {
 // Allows reports whether a retry may be made now.
 func (b *Budget) Allows() bool { return b.milli.Load() > b.max/2 }
 
+// Full reports whether the bucket holds every token it can.
+func (b *Budget) Full() bool { return b.milli.Load() == b.max }
+
 // Tokens returns the tokens in the bucket.
 func (b *Budget) Tokens() float64 { return float64(b.milli.Load()) / 1000 }
