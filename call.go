@@ -45,6 +45,8 @@ type call struct {
 	hedgesSent int
 	allowance  *hedgeAllowance // the upstream's hedges, when hedging
 	lat        *latency        // the upstream's latencies, for adaptive hedging
+
+	elsewhere attempt.Elsewhere // the endpoints its attempts went to (Config.Endpoints)
 }
 
 func newCall(t *Transport, req *http.Request) *call {
@@ -168,7 +170,7 @@ func (c *call) run() (*http.Response, error) {
 			start := clock.Now()
 			resp, err = c.t.attempts.AttemptOn(actx, c.route, c.req,
 				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
-					Unretryable: !c.replayable || !c.idempotent && !c.hasKey})
+					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere})
 			a = record(resp, err, time.Duration(clock.Now()-start))
 			c.observe(a)
 		}

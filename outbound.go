@@ -154,6 +154,17 @@ type Config struct {
 	MaxConnAge      time.Duration
 	MaxConnRequests int
 
+	// Endpoints, if set, spreads the attempts to a host over every address
+	// it resolves to (a headless service, a name with several A records),
+	// each with its own connections, picks the less loaded of two at
+	// random per attempt, sends a retry or a hedge to another endpoint
+	// than the call's earlier attempts, and ejects an endpoint whose
+	// attempts keep failing, for a while — while the breaker, rate limiter
+	// and bulkhead stay one per upstream. Nil: a host is dialed by name,
+	// as net/http does. See attempt.Endpoints for its settings and what is
+	// still dialed by name.
+	Endpoints *attempt.Endpoints
+
 	// UpstreamIdleTime is how long an upstream's state (breaker, rate
 	// limiter, bulkhead, retry budget, connection pool) is kept without a
 	// call before it is forgotten, if it holds nothing worth keeping: a
@@ -249,7 +260,7 @@ func New(cfg Config) (*Transport, error) {
 	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: cfg.Hooks.UpstreamForgotten, // which recovers its panics
-		MaxConnAge: cfg.MaxConnAge, MaxConnRequests: cfg.MaxConnRequests,
+		MaxConnAge: cfg.MaxConnAge, MaxConnRequests: cfg.MaxConnRequests, Endpoints: cfg.Endpoints,
 		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
 		UpstreamState: func(string) any {
 			b, _ := retry.NewBudget(budget) // validated above

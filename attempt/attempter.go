@@ -121,6 +121,11 @@ type Config struct {
 	// forgotten to make room, nor with its last connection.
 	UpstreamState func(key string) any
 
+	// Endpoints, if set, spreads the attempts to a host over every address
+	// it resolves to, and ejects the endpoints that fail (see Endpoints).
+	// Nil: one endpoint per host, dialed by name, as net/http does.
+	Endpoints *Endpoints
+
 	// OnForget, if set, is called with the key of each upstream whose
 	// state is forgotten, outside every lock, so that an observer can
 	// forget what it keeps per upstream (metrics' attribute sets).
@@ -192,6 +197,8 @@ type Attempter struct {
 	onForget        func(string)
 	records         func(*classify.Error) bool
 	distrustRefused func(string) bool // nil: every upstream is trusted
+	endpoints       *endpointsConfig  // nil: hosts are dialed by name
+	customTLS       bool              // the Transport dials TLS itself (DialTLSContext): by name
 
 	idle  idleList      // idle connections across every address (MaxIdleConns)
 	epoch atomic.Uint32 // sweeps so far
@@ -232,6 +239,10 @@ func New(cfg Config) (*Attempter, error) {
 	}
 	if _, err := admission.New(tmpl); err != nil {
 		return nil, cfgerr.In("attempt", "Admission", err)
+	}
+	eps, err := newEndpointsConfig(cfg.Endpoints)
+	if err != nil {
+		return nil, err
 	}
 	b := base.Clone()
 	dial := b.DialContext
@@ -286,6 +297,8 @@ func New(cfg Config) (*Attempter, error) {
 		routes:          map[hostKey]*Route{},
 		customKey:       cfg.UpstreamKey != nil,
 		newState:        cfg.UpstreamState,
+		endpoints:       eps,
+		customTLS:       base.DialTLSContext != nil || base.DialTLS != nil, //nolint:staticcheck // the deprecated field is honoured
 	}
 	if base.DisableKeepAlives || base.MaxIdleConnsPerHost < 0 {
 		t.maxIdlePerHost = 0 // no idle connection is kept
@@ -393,6 +406,11 @@ type Options struct {
 	// cancels the attempts that lost the race before it closes their
 	// answers.
 	Provisional bool
+
+	// Elsewhere, with Config.Endpoints, is the call's record of the
+	// endpoints its attempts went to: this one goes to another, when the
+	// host has one not ejected, and is added to it. Nil: any endpoint.
+	Elsewhere *Elsewhere
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context
@@ -421,7 +439,9 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	}
 	epoch := t.epoch.Load()
 	r.up.used.touch(epoch)
-	p.used.touch(epoch)
+	if p != nil {
+		p.used.touch(epoch)
+	}
 	pm, err := pl.Acquire(ctx)
 	if err != nil {
 		return nil, &classify.Error{Upstream: key, Stage: classify.StageAdmission, Category: classify.LocalRejection,
@@ -435,11 +455,13 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	// guard (a bulkhead's queue, a shared rate guard's round trip) is not
 	// the upstream being slow.
 	start := clock.Now()
-	c, seq, err := p.get(ctx, o)
-	for err == errPoolForgotten { // the route outlived its pool: the address has a new one
-		if p, err = t.renewPool(p); err == nil {
-			c, seq, err = p.get(ctx, o)
-		}
+	var ep *endpoint
+	var c *conn
+	var seq int32
+	if r.set != nil {
+		ep, p, c, seq, err = t.connect(ctx, r.set, o, epoch)
+	} else {
+		p, c, seq, err = t.connectTo(ctx, p, o)
 	}
 	if err != nil {
 		stage := classify.StageDial
@@ -469,6 +491,9 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		}
 		up.held.Add(-1)
 		return nil, ce
+	}
+	if ep != nil {
+		defer ep.inflight.Add(-1) // until its answer, or its failure
 	}
 
 	var wrote *wroteFlag
@@ -514,10 +539,16 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		}
 		ce := &classify.Error{Upstream: key, Stage: facts.Stage, Category: cat, Evidence: ev,
 			Lifecycle: lifecycle, Err: withCause(ctx, err)}
-		if callerCancelled(ctx) || classify.ClientFault(ev) {
+		switch {
+		case callerCancelled(ctx) || classify.ClientFault(ev):
 			pm.Release() // the caller gave up, or failed: it says nothing about the upstream
-		} else {
-			t.resolveFailed(&pm, ce, start)
+			if ep != nil && !classify.ClientFault(ev) {
+				ep.slow(clock.Now() - start) // but it was still waiting
+			}
+		default:
+			if t.resolveFailed(&pm, ce, start) && ep != nil {
+				ep.failed(clock.Now(), clock.Now()-start)
+			}
 		}
 		up.held.Add(-1)
 		if c.cc.Err() != nil {
@@ -534,6 +565,9 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	}
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
+	if ep != nil {
+		ep.answered(int64(elapsed), failed)
+	}
 	if resp.Body == nil || resp.Body == http.NoBody {
 		if !o.Provisional || !failed {
 			finish(&pm, failed, declined(resp), elapsed)
@@ -598,12 +632,13 @@ func (w *wroteFlag) set() { w.Store(true) }
 // resolveFailed resolves the permit of an attempt that failed without an
 // answer: a failure if the breaker records it (Config.BreakerRecords), else
 // a release.
-func (t *Attempter) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) {
+func (t *Attempter) resolveFailed(pm *admission.Permit, ce *classify.Error, start int64) bool {
 	if t.records(ce) {
 		pm.Lost(time.Duration(clock.Now() - start))
-	} else {
-		pm.Release()
+		return true
 	}
+	pm.Release()
+	return false
 }
 
 func finish(pm *admission.Permit, failed, declined bool, elapsed time.Duration) {

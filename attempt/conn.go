@@ -103,6 +103,7 @@ func peerClosed(err error) bool {
 // Transport's DialTLSContext (which dials TCP and TLS in one step).
 type dialNote struct {
 	proxy     *url.URL
+	addr      string // the endpoint to dial instead of the address asked, if not empty
 	conn      *countingConn
 	dialed    bool
 	customTLS bool
@@ -114,12 +115,16 @@ type dialNoteKey struct{}
 // countingConn, noted in the dial's context.
 func countingDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n, _ := ctx.Value(dialNoteKey{}).(*dialNote)
+		if n != nil && n.addr != "" {
+			addr = n.addr
+		}
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		cc := newCountingConn(c)
-		if n, ok := ctx.Value(dialNoteKey{}).(*dialNote); ok {
+		if n != nil {
 			n.conn, n.dialed = cc, true
 		}
 		return cc, nil

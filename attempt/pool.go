@@ -31,7 +31,8 @@ type pool struct {
 	up     *upstream // its owner
 	key    string    // among its owner's pools: scheme://addr, and the proxy
 	scheme string
-	addr   string
+	addr   string   // "host:port", as the URL names it: the TLS server name, and the Host
+	dialAt string   // the endpoint's "ip:port" its connections are dialed to; empty: addr
 	proxy  *url.URL // the proxy every connection of the pool goes through, or nil
 
 	used epochMark // the sweep of its last attempt
@@ -448,7 +449,7 @@ func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 func (p *pool) dial(ctx context.Context) (*conn, error) {
-	note := &dialNote{proxy: p.proxy}
+	note := &dialNote{proxy: p.proxy, addr: p.dialAt}
 	cc, err := p.t.base.NewClientConn(context.WithValue(ctx, dialNoteKey{}, note), p.scheme, p.addr)
 	if err != nil {
 		stage := classify.StageTLS

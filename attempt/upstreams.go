@@ -58,9 +58,10 @@ type upstream struct {
 	pipeline  *admission.Pipeline
 	state     any // Config.UpstreamState's
 	used      epochMark
-	held      atomic.Int64 // admission permits not yet resolved: attempts in flight, bodies open
-	forgotten atomic.Bool  // written under Attempter.mu
-	pools     []*pool      // per address and proxy; guarded by Attempter.mu
+	held      atomic.Int64   // admission permits not yet resolved: attempts in flight, bodies open
+	forgotten atomic.Bool    // written under Attempter.mu
+	pools     []*pool        // per address (endpoint) and proxy; guarded by Attempter.mu
+	sets      []*endpointSet // per address, with Config.Endpoints; guarded by Attempter.mu
 }
 
 // epochMark is the sweep in which an entry was last used.
@@ -88,7 +89,8 @@ type hostKey struct{ scheme, host, proxy string }
 type Route struct {
 	key  string
 	up   *upstream
-	pool *pool
+	pool *pool        // its address's pool; nil with set
+	set  *endpointSet // its address's endpoints (Config.Endpoints); nil with pool
 }
 
 // Key returns the route's upstream key.
@@ -200,7 +202,13 @@ func (t *Attempter) Route(req *http.Request) (*Route, error) {
 	u, err := t.upstreamLocked(key)
 	var r *Route
 	if err == nil {
-		r = &Route{key: key, up: u, pool: t.poolLocked(u, req.URL.Scheme, address(req), proxy, hk.proxy)}
+		addr := address(req)
+		r = &Route{key: key, up: u}
+		if t.endpoints != nil && proxy == nil && !t.customTLS {
+			r.set = t.setLocked(u, req.URL.Scheme, addr)
+		} else {
+			r.pool = t.poolLocked(u, req.URL.Scheme, addr, "", proxy, hk.proxy)
+		}
 		if !t.customKey {
 			t.routes[hk] = r
 			t.peaks[1] = max(t.peaks[1], len(t.routes))
@@ -301,8 +309,11 @@ func (t *Attempter) upstreamLocked(key string) (*upstream, error) {
 
 // poolLocked returns u's pool for scheme, addr and proxy, creating it if
 // needed; t.mu must be held for writing.
-func (t *Attempter) poolLocked(u *upstream, scheme, addr string, proxy *url.URL, proxyKey string) *pool {
+func (t *Attempter) poolLocked(u *upstream, scheme, addr, dial string, proxy *url.URL, proxyKey string) *pool {
 	k := scheme + "://" + addr
+	if dial != "" {
+		k += " at " + dial
+	}
 	if proxyKey != "" {
 		k += " via " + proxyKey
 	}
@@ -311,7 +322,7 @@ func (t *Attempter) poolLocked(u *upstream, scheme, addr string, proxy *url.URL,
 			return p
 		}
 	}
-	p := &pool{t: t, up: u, key: k, scheme: scheme, addr: addr, proxy: proxy}
+	p := &pool{t: t, up: u, key: k, scheme: scheme, addr: addr, dialAt: dial, proxy: proxy}
 	p.used.Store(t.epoch.Load())
 	u.pools = append(u.pools, p)
 	t.armSweeperLocked()
@@ -340,14 +351,14 @@ func (t *Attempter) renewPool(p *pool) (*pool, error) {
 	if p.proxy != nil {
 		proxyKey = p.proxy.String()
 	}
-	return t.poolLocked(u, p.scheme, p.addr, p.proxy, proxyKey), nil
+	return t.poolLocked(u, p.scheme, p.addr, p.dialAt, p.proxy, proxyKey), nil
 }
 
 // adoptLocked keeps u again, forgotten while a permit of it was being
 // taken; t.mu must be held for writing.
 func (t *Attempter) adoptLocked(u *upstream) {
 	u.forgotten.Store(false)
-	u.pools = nil // its pools were forgotten with it
+	u.pools, u.sets = nil, nil // forgotten with it
 	t.upstreams[u.key] = u
 	t.armSweeperLocked()
 }
@@ -373,9 +384,12 @@ func (t *Attempter) forgettable(u *upstream, busy bool) bool {
 	if u.held.Load() != 0 || p.Breaker().State() != t.admission.Circuit.StartState || !p.Limiter().Full() {
 		return false
 	}
+	if slices.ContainsFunc(u.sets, (*endpointSet).ejecting) {
+		return false // forgetting an ejection would be a way around it
+	}
 	if busy {
 		l, ok := u.state.(interface{ Learned() bool })
-		return !p.Learned() && (!ok || !l.Learned())
+		return !p.Learned() && (!ok || !l.Learned()) && !slices.ContainsFunc(u.sets, (*endpointSet).learned)
 	}
 	return true
 }
@@ -498,16 +512,19 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 func (t *Attempter) forgetLocked(u *upstream) {
 	delete(t.upstreams, u.key)
 	u.forgotten.Store(true)
-	u.pools = nil
+	u.pools, u.sets = nil, nil
 }
 
 // dropRoutesLocked drops the routes to forgotten upstreams or pools; t.mu
 // must be held for writing.
 func (t *Attempter) dropRoutesLocked() {
 	for hk, r := range t.routes {
-		r.pool.mu.Lock()
-		gone := r.pool.forgotten
-		r.pool.mu.Unlock()
+		gone := false
+		if r.pool != nil {
+			r.pool.mu.Lock()
+			gone = r.pool.forgotten
+			r.pool.mu.Unlock()
+		}
 		if gone || r.up.forgotten.Load() {
 			delete(t.routes, hk)
 		}

@@ -2,7 +2,8 @@
 // package outboundtest: a server per protocol closed with the test,
 // requests of the three body kinds a retry decision tells apart (none,
 // replayable, one-shot) carrying their call id, a counter of admission
-// events, and a request body that fails as a caller's can. This module's
+// events, a request body that fails as a caller's can, and an in-memory
+// fleet of replicas behind one name (Fleet, Names). This module's
 // tests share them; yours may use them too.
 package testkit
 

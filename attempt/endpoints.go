@@ -1,0 +1,615 @@
+package attempt
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboundhq/outbound/classify"
+
+	"github.com/outboundhq/outbound/internal/cfgerr"
+	"github.com/outboundhq/outbound/internal/clock"
+)
+
+// Endpoints spreads the attempts to a host over every address it resolves
+// to, each address (an endpoint) with its own connections and statistics,
+// and keeps attempts off an endpoint that fails (ejection). net/http dials
+// one address of a host and keeps its connections there, so one sick
+// replica behind a name takes every call with it; with Endpoints, each
+// attempt picks the less loaded of two endpoints drawn at random (the
+// power of two choices, by peak-EWMA latency × attempts in flight), a
+// retry or a hedge goes to an endpoint the call has not tried when there
+// is one, a connection that cannot be made to one endpoint is made to
+// another within the same attempt (as net/http's dialer tries every
+// address), and an endpoint whose last ConsecutiveFailures attempts failed
+// is ejected for a while.
+//
+// The host name is kept for everything but the dial: the TLS server name
+// and certificate check, the Host header, and the key of the upstream's
+// breaker, limiter and bulkhead, which stay one per host. A user's
+// DialContext is given the endpoint's "ip:port". A host that resolves to
+// one address, an IP address, a host the Resolver cannot resolve, a
+// request through a Proxy (one endpoint: the proxy), and a Transport with
+// DialTLSContext (whose dialer may take the address for the server name)
+// are dialed by name, as without Endpoints.
+type Endpoints struct {
+	// Resolver looks a host's addresses up (A and AAAA); nil means
+	// net.DefaultResolver. Tests map a name to loopback addresses with it.
+	Resolver Resolver
+
+	// Refresh is how often a host's addresses are looked up again, in the
+	// background while attempts go on with what is known. Zero means 30
+	// seconds. (The records' TTL is not visible through net.Resolver.)
+	Refresh time.Duration
+
+	// MaxEndpoints caps the addresses used per host, in the order the
+	// resolver gave them; zero means 32.
+	MaxEndpoints int
+
+	// Ejection says when an endpoint is kept out of the picks.
+	Ejection Ejection
+
+	// OnEject, if set, is told when an endpoint of the upstream named key
+	// is ejected (for how long) and, with a zero duration, when an
+	// attempt finds its ejection over. It must not block.
+	OnEject func(key, endpoint string, d time.Duration)
+}
+
+// Ejection says when an endpoint is kept out of the picks, from what its
+// own attempts showed: a connection that could not be made, an attempt lost
+// on the wire, or an answer the breaker counts as a failure (a 5xx by
+// default), ConsecutiveFailures times in a row. Local rejections, the
+// caller's cancellations and the client's own faults are not the
+// endpoint's and count for nothing. An endpoint is ejected for BaseTime
+// times the number of its recent ejections, at most MaxTime; never more
+// than MaxShare of a host's endpoints at once (at least one), and never the
+// last one.
+type Ejection struct {
+	// ConsecutiveFailures ejects an endpoint after this many failures in
+	// a row; zero means 5 (Envoy's and Finagle's default); negative turns
+	// ejection off.
+	ConsecutiveFailures int
+	// BaseTime is the first ejection's length; zero means 30 seconds.
+	BaseTime time.Duration
+	// MaxTime caps an ejection; zero means 300 seconds. An endpoint that
+	// has not been ejected for MaxTime starts again from BaseTime.
+	MaxTime time.Duration
+	// MaxShare is the largest share of a host's endpoints ejected at once;
+	// zero means 0.1. At least one may be, out of two or more.
+	MaxShare float64
+}
+
+// Resolver looks a host's addresses up; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+const (
+	defaultRefresh      = 30 * time.Second
+	defaultMaxEndpoints = 32
+	// ewmaDecay is the time constant of the latency estimate's decay
+	// (Finagle's peak-EWMA default).
+	ewmaDecay = 10 * time.Second
+	// resolveTimeout bounds a lookup made in the background.
+	resolveTimeout = 10 * time.Second
+)
+
+// endpointsConfig is Endpoints with its defaults applied.
+type endpointsConfig struct {
+	resolver     Resolver
+	refresh      int64
+	maxEndpoints int
+	failures     int // 0: no ejection
+	base, cap    int64
+	share        float64
+	onEject      func(key, endpoint string, d time.Duration)
+}
+
+func newEndpointsConfig(e *Endpoints) (*endpointsConfig, error) {
+	if e == nil {
+		return nil, nil
+	}
+	x := e.Ejection
+	switch {
+	case e.Refresh < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.Refresh", "must be >= 0, got %v", e.Refresh)
+	case e.MaxEndpoints < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.MaxEndpoints", "must be >= 0, got %d", e.MaxEndpoints)
+	case x.BaseTime < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.BaseTime", "must be >= 0, got %v", x.BaseTime)
+	case x.MaxTime < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxTime", "must be >= 0, got %v", x.MaxTime)
+	case !(x.MaxShare >= 0 && x.MaxShare <= 1):
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxShare", "must be in [0, 1], got %v", x.MaxShare)
+	}
+	c := &endpointsConfig{resolver: e.Resolver, refresh: int64(cmp.Or(e.Refresh, defaultRefresh)),
+		maxEndpoints: cmp.Or(e.MaxEndpoints, defaultMaxEndpoints), failures: cmp.Or(x.ConsecutiveFailures, 5),
+		base: int64(cmp.Or(x.BaseTime, 30*time.Second)), cap: int64(cmp.Or(x.MaxTime, 300*time.Second)),
+		share: cmp.Or(x.MaxShare, 0.1), onEject: e.OnEject}
+	if c.cap < c.base {
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxTime", "must be >= BaseTime (%v), got %v", time.Duration(c.base), time.Duration(c.cap))
+	}
+	if c.failures < 0 {
+		c.failures = 0
+	}
+	if c.resolver == nil {
+		c.resolver = net.DefaultResolver
+	}
+	return c, nil
+}
+
+// endpointSet is the endpoints of one host address (scheme, "host:port")
+// of an upstream, kept with the upstream (upstream.sets).
+type endpointSet struct {
+	t      *Attempter
+	up     *upstream
+	scheme string
+	addr   string // "host:port", as the URL names it (canonical)
+	host   string
+	port   string
+
+	eps atomic.Pointer[[]*endpoint] // nil until the first lookup ended
+
+	mu         sync.Mutex    // the lookups and ejections
+	resolving  chan struct{} // closed when the lookup in progress ends; nil if none
+	resolvedAt int64         // clock.Now of the last lookup's end
+}
+
+// endpoint is one address of a host: its pool of connections, and what its
+// attempts showed.
+type endpoint struct {
+	set      *endpointSet
+	dialAddr string // "ip:port"; empty: dialed by name
+	pool     atomic.Pointer[pool]
+
+	inflight atomic.Int32 // attempts between the pick and their answer
+
+	mu        sync.Mutex
+	ewma      float64 // peak-EWMA latency, ns; 0 before the first sample
+	stamp     int64   // clock.Now of the last sample
+	fails     int     // failures in a row
+	until     int64   // clock.Now at which its ejection ends; 0 if not ejected
+	ejections int     // recent ejections
+	lastEnd   int64   // when its last ejection ended
+}
+
+// Elsewhere is what a call's attempts have been sent to: each attempt made
+// with it goes to an endpoint none of the earlier ones went to, when the
+// host has one not ejected. One Elsewhere per call; safe for the concurrent
+// attempts of a hedged round.
+type Elsewhere struct {
+	mu    sync.Mutex
+	tried []*endpoint
+}
+
+func (e *Elsewhere) has(ep *endpoint) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Contains(e.tried, ep)
+}
+
+func (e *Elsewhere) add(ep *endpoint) {
+	e.mu.Lock()
+	if !slices.Contains(e.tried, ep) {
+		e.tried = append(e.tried, ep)
+	}
+	e.mu.Unlock()
+}
+
+// setLocked returns u's endpoint set for scheme and addr, creating it if
+// needed; t.mu must be held for writing.
+func (t *Attempter) setLocked(u *upstream, scheme, addr string) *endpointSet {
+	for _, s := range u.sets {
+		if s.scheme == scheme && s.addr == addr {
+			return s
+		}
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	s := &endpointSet{t: t, up: u, scheme: scheme, addr: addr, host: host, port: port}
+	u.sets = append(u.sets, s)
+	return s
+}
+
+// endpoints returns the set's endpoints, looking them up first if they
+// never were (within ctx: the lookup is part of the attempt's dial, as it
+// is of net/http's), and starting a lookup in the background when the last
+// is older than Refresh.
+func (s *endpointSet) endpoints(ctx context.Context) []*endpoint {
+	if eps := s.eps.Load(); eps != nil {
+		s.mu.Lock()
+		stale := s.resolving == nil && clock.Now()-s.resolvedAt >= s.t.endpoints.refresh
+		if stale {
+			s.resolving = make(chan struct{})
+		}
+		s.mu.Unlock()
+		if stale {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+				defer cancel()
+				s.resolve(ctx)
+			}()
+		}
+		return *eps
+	}
+	s.mu.Lock()
+	wait := s.resolving
+	if wait == nil {
+		s.resolving = make(chan struct{})
+	}
+	s.mu.Unlock()
+	if wait == nil {
+		s.resolve(ctx)
+	} else {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+	}
+	if eps := s.eps.Load(); eps != nil {
+		return *eps
+	}
+	return s.byName()
+}
+
+// byName is the one endpoint of a host dialed by its name.
+func (s *endpointSet) byName() []*endpoint {
+	return []*endpoint{{set: s}}
+}
+
+// resolve looks the host up and installs what it found, keeping the
+// endpoints (their connections and statistics) of the addresses found
+// again; s.resolving must have been made by the caller, and is closed.
+func (s *endpointSet) resolve(ctx context.Context) {
+	var found []string
+	if _, err := netip.ParseAddr(s.host); err != nil { // an IP address is its own one endpoint
+		addrs, err := s.t.endpoints.resolver.LookupNetIP(ctx, "ip", s.host)
+		if err == nil {
+			for _, a := range addrs {
+				d := net.JoinHostPort(a.Unmap().String(), s.port)
+				if !slices.Contains(found, d) && len(found) < s.t.endpoints.maxEndpoints {
+					found = append(found, d)
+				}
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.eps.Load()
+	var eps []*endpoint
+	switch {
+	case len(found) <= 1:
+		// One address, or none known: dialed by name, as net/http does.
+		if old != nil && len(*old) == 1 && (*old)[0].dialAddr == "" {
+			eps = *old
+		} else {
+			eps = s.byName()
+		}
+	default:
+		for _, d := range found {
+			var ep *endpoint
+			if old != nil {
+				if i := slices.IndexFunc(*old, func(e *endpoint) bool { return e.dialAddr == d }); i >= 0 {
+					ep = (*old)[i]
+				}
+			}
+			if ep == nil {
+				ep = &endpoint{set: s, dialAddr: d}
+			}
+			eps = append(eps, ep)
+		}
+	}
+	s.eps.Store(&eps)
+	s.resolvedAt = clock.Now()
+	close(s.resolving)
+	s.resolving = nil
+}
+
+// pick returns the endpoint for an attempt: among those not ejected (all
+// of them if every one is) and, if there are any, not tried by e, the less
+// loaded of two drawn at random.
+func (s *endpointSet) pick(ctx context.Context, e *Elsewhere, skip []*endpoint) *endpoint {
+	eps := s.endpoints(ctx)
+	if len(eps) == 1 {
+		return eps[0]
+	}
+	now := clock.Now()
+	var buf [8]*endpoint
+	cand := buf[:0]
+	for pass := 0; pass < 3 && len(cand) == 0; pass++ {
+		for _, ep := range eps {
+			switch {
+			case slices.Contains(skip, ep):
+			case pass < 2 && ep.ejected(now):
+			case pass < 1 && e != nil && e.has(ep):
+			default:
+				cand = append(cand, ep)
+			}
+		}
+	}
+	switch len(cand) {
+	case 0:
+		return nil
+	case 1:
+		return cand[0]
+	}
+	i := rand.IntN(len(cand))
+	j := rand.IntN(len(cand) - 1)
+	if j >= i {
+		j++
+	}
+	a, b := cand[i], cand[j]
+	def := s.meanLatency(eps, now) / 2
+	if b.load(now, def) < a.load(now, def) {
+		return b
+	}
+	return a
+}
+
+// meanLatency is the mean estimate, decayed to now, of the endpoints that
+// have one. Half of it is what an endpoint without a sample is assumed to
+// take: it is tried before an idle endpoint of average latency, but not
+// once it has an attempt in flight — a new endpoint is explored without a
+// burst of attempts before its first answer.
+func (s *endpointSet) meanLatency(eps []*endpoint, now int64) float64 {
+	sum, n := 0.0, 0
+	for _, ep := range eps {
+		ep.mu.Lock()
+		if ep.stamp != 0 {
+			sum += ep.decayedLocked(now)
+			n++
+		}
+		ep.mu.Unlock()
+	}
+	if n == 0 {
+		return 1
+	}
+	return sum / float64(n)
+}
+
+// load is the endpoint's cost: its latency estimate, decayed to now, times
+// the attempts in flight on it plus one.
+func (ep *endpoint) load(now int64, def float64) float64 {
+	ep.mu.Lock()
+	l := def
+	if ep.stamp != 0 {
+		l = ep.decayedLocked(now)
+	}
+	ep.mu.Unlock()
+	return max(l, 1) * float64(ep.inflight.Load()+1)
+}
+
+// decayedLocked is the estimate decayed from its last sample to now; ep.mu
+// must be held.
+func (ep *endpoint) decayedLocked(now int64) float64 {
+	return ep.ewma * math.Exp(-float64(now-ep.stamp)/float64(ewmaDecay))
+}
+
+// ejected reports whether ep is ejected at now, telling OnEject once when
+// its ejection has ended.
+func (ep *endpoint) ejected(now int64) bool {
+	ep.mu.Lock()
+	if ep.until == 0 {
+		ep.mu.Unlock()
+		return false
+	}
+	if now < ep.until {
+		ep.mu.Unlock()
+		return true
+	}
+	ep.until, ep.lastEnd = 0, now
+	ep.mu.Unlock()
+	ep.set.told(ep, 0)
+	return false
+}
+
+// sample adds a latency of d ns: the estimate jumps to a higher one (the
+// peak), and decays towards lower ones.
+func (ep *endpoint) sampleLocked(now int64, d float64) {
+	if ep.stamp == 0 || d > ep.ewma {
+		ep.ewma = d
+	} else {
+		w := math.Exp(-float64(now-ep.stamp) / float64(ewmaDecay))
+		ep.ewma = ep.ewma*w + d*(1-w)
+	}
+	ep.stamp = now
+}
+
+// answered records an answer after elapsed ns: a failure (failed) counts
+// towards its ejection, anything else ends a run of failures.
+func (ep *endpoint) answered(elapsed int64, failed bool) {
+	now := clock.Now()
+	ep.mu.Lock()
+	ep.sampleLocked(now, float64(elapsed))
+	if !failed {
+		ep.fails = 0
+		ep.mu.Unlock()
+		return
+	}
+	ep.mu.Unlock()
+	ep.failed(now, -1)
+}
+
+// slow records that an attempt on ep was still waiting after elapsed ns
+// when the caller gave up: it took at least that long.
+func (ep *endpoint) slow(elapsed int64) {
+	now := clock.Now()
+	ep.mu.Lock()
+	if float64(elapsed) > ep.ewma {
+		ep.sampleLocked(now, float64(elapsed))
+	}
+	ep.mu.Unlock()
+}
+
+// failed records a failure of ep's own (a connection not made, an attempt
+// lost, a failed answer); elapsed, if not negative, is how long the attempt
+// waited for it (a latency it took at least). It ejects ep after
+// ConsecutiveFailures in a row, within the share allowed.
+func (ep *endpoint) failed(now int64, elapsed int64) {
+	s, cfg := ep.set, ep.set.t.endpoints
+	ep.mu.Lock()
+	if elapsed >= 0 && float64(elapsed) > ep.ewma {
+		ep.sampleLocked(now, float64(elapsed))
+	}
+	ep.fails++
+	due := cfg.failures > 0 && ep.fails >= cfg.failures && ep.until == 0 && ep.dialAddr != ""
+	ep.mu.Unlock()
+	if !due {
+		return
+	}
+	s.mu.Lock()
+	eps := s.eps.Load()
+	if eps == nil {
+		s.mu.Unlock()
+		return
+	}
+	n, out := len(*eps), 0
+	for _, o := range *eps {
+		if o != ep && o.ejected(now) {
+			out++
+		}
+	}
+	allowed := max(1, int(cfg.share*float64(n)))
+	if out+1 > allowed || out+1 >= n || !slices.Contains(*eps, ep) {
+		s.mu.Unlock()
+		return
+	}
+	ep.mu.Lock()
+	if ep.lastEnd != 0 && now-ep.lastEnd >= cfg.cap {
+		ep.ejections = 0
+	}
+	ep.ejections++
+	d := min(cfg.base*int64(ep.ejections), cfg.cap)
+	ep.until, ep.fails = now+d, 0
+	ep.mu.Unlock()
+	s.mu.Unlock()
+	s.told(ep, time.Duration(d))
+}
+
+// told tells OnEject of an ejection of ep for d, or its end (0).
+func (s *endpointSet) told(ep *endpoint, d time.Duration) {
+	if f := s.t.endpoints.onEject; f != nil {
+		f(s.up.key, ep.dialAddr, d)
+	}
+}
+
+// learned reports whether an endpoint of s has failures in a row or is
+// ejected: the upstream is not forgotten to make room or with its last
+// connection then.
+func (s *endpointSet) learned() bool {
+	return s.any(func(ep *endpoint, now int64) bool { return ep.fails > 0 || ep.until > now })
+}
+
+// ejecting reports whether an endpoint of s is ejected: the upstream is
+// not forgotten then, however idle.
+func (s *endpointSet) ejecting() bool {
+	return s.any(func(ep *endpoint, now int64) bool { return ep.until > now })
+}
+
+// any reports whether f holds for an endpoint of s, under its lock.
+func (s *endpointSet) any(f func(ep *endpoint, now int64) bool) bool {
+	eps := s.eps.Load()
+	if eps == nil {
+		return false
+	}
+	now := clock.Now()
+	for _, ep := range *eps {
+		ep.mu.Lock()
+		l := f(ep, now)
+		ep.mu.Unlock()
+		if l {
+			return true
+		}
+	}
+	return false
+}
+
+// connectTo returns a connection of p with a request slot reserved, and
+// the pool it came from: p, or the pool that replaced it if p was
+// forgotten while the route to it was kept.
+func (t *Attempter) connectTo(ctx context.Context, p *pool, o Options) (*pool, *conn, int32, error) {
+	c, seq, err := p.get(ctx, o)
+	for err == errPoolForgotten { // the route outlived its pool: the address has a new one
+		if p, err = t.renewPool(p); err == nil {
+			c, seq, err = p.get(ctx, o)
+		}
+	}
+	return p, c, seq, err
+}
+
+// connect picks an endpoint of s for an attempt (pick) and returns a
+// connection to it with a request slot reserved. A connection that cannot
+// be made to the endpoint (nothing was sent) counts against it, and
+// another endpoint is tried, within ctx, as net/http's dialer tries every
+// address of a host; the error is the last endpoint's.
+func (t *Attempter) connect(ctx context.Context, s *endpointSet, o Options, epoch uint32) (*endpoint, *pool, *conn, int32, error) {
+	var tried []*endpoint
+	var err error
+	for {
+		ep := s.pick(ctx, o.Elsewhere, tried)
+		if ep == nil {
+			return nil, nil, nil, 0, err // every endpoint was tried
+		}
+		if o.Elsewhere != nil {
+			o.Elsewhere.add(ep)
+		}
+		p, perr := t.endpointPool(ep)
+		if perr != nil {
+			return ep, nil, nil, 0, perr
+		}
+		p.used.touch(epoch)
+		ep.inflight.Add(1)
+		var c *conn
+		var seq int32
+		p, c, seq, err = t.connectTo(ctx, p, o)
+		if p != nil {
+			ep.pool.Store(p)
+		}
+		if err == nil {
+			return ep, p, c, seq, nil
+		}
+		ep.inflight.Add(-1)
+		var de *dialError
+		if !errors.As(err, &de) || de.stage == classify.StageDNS || ctx.Err() != nil {
+			return ep, p, nil, 0, err // not the endpoint's: the caller's, or the client's
+		}
+		ep.failed(clock.Now(), -1)
+		if ep.dialAddr == "" {
+			return ep, p, nil, 0, err
+		}
+		tried = append(tried, ep)
+	}
+}
+
+// endpointPool returns ep's pool, made when the endpoint is first used.
+func (t *Attempter) endpointPool(ep *endpoint) (*pool, error) {
+	if p := ep.pool.Load(); p != nil {
+		return p, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed.Load() {
+		return nil, errPoolClosed
+	}
+	if p := ep.pool.Load(); p != nil {
+		return p, nil
+	}
+	s, u := ep.set, ep.set.up
+	if u.forgotten.Load() { // while the attempt held its permit: kept again, as renewPool does
+		if cur := t.upstreams[u.key]; cur != nil {
+			u = cur
+		} else {
+			t.adoptLocked(u)
+		}
+	}
+	p := t.poolLocked(u, s.scheme, s.addr, ep.dialAddr, nil, "")
+	ep.pool.Store(p)
+	return p, nil
+}

@@ -1,0 +1,386 @@
+package attempt_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboundhq/outbound/admission"
+	"github.com/outboundhq/outbound/admission/bulkhead"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
+)
+
+// fleetOf makes a fleet of n replicas behind "svc.test:80", all answering
+// 200, and an Attempter that spreads over them with ejection e (and
+// cfg.Endpoints.OnEject, if set).
+func fleetOf(t *testing.T, n int, e attempt.Ejection, cfg attempt.Config) (*testkit.Fleet, *attempt.Attempter, []string) {
+	t.Helper()
+	var addrs []string
+	for _, a := range testkit.Loopbacks(n) {
+		addrs = append(addrs, netip.AddrPortFrom(a, 80).String())
+	}
+	f := testkit.NewFleet(addrs...)
+	cfg.HTTPTransport = &http.Transport{DialContext: f.Dial}
+	var onEject func(string, string, time.Duration)
+	if cfg.Endpoints != nil {
+		onEject = cfg.Endpoints.OnEject
+	}
+	cfg.Endpoints = &attempt.Endpoints{Resolver: testkit.Names{"svc.test": testkit.Loopbacks(n)}, Ejection: e, OnEject: onEject}
+	tr, err := attempt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return f, tr, addrs
+}
+
+// Without a reason to prefer one, attempts spread over every address of a
+// host, each asked for the host by its name.
+func TestAttemptsSpreadOverEveryEndpointOfAHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 5, attempt.Ejection{}, attempt.Config{})
+		for range 500 {
+			if err := tryGet(tr, "http://svc.test/"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, a := range addrs {
+			if n := f.Received(a); n < 50 {
+				t.Errorf("%s got %d of 500 attempts", a, n)
+			}
+		}
+		if h := f.Hosts(); len(h) != 1 || h[0] != "svc.test" {
+			t.Errorf("Host headers seen: %v, want svc.test only", h)
+		}
+	})
+}
+
+// An endpoint that failed ConsecutiveFailures times in a row gets no
+// attempt until its ejection is over, then gets attempts again; a second
+// ejection lasts twice as long.
+func TestAnEjectedEndpointGetsNoAttemptsUntilItsTimeIsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var told []string
+		f, tr, addrs := fleetOf(t, 5, attempt.Ejection{ConsecutiveFailures: 3, BaseTime: 10 * time.Second, MaxShare: 0.2},
+			attempt.Config{Endpoints: &attempt.Endpoints{OnEject: func(key, ep string, d time.Duration) {
+				mu.Lock()
+				told = append(told, fmt.Sprintf("%s %s %v", key, ep, d))
+				mu.Unlock()
+			}}})
+		sick := addrs[0]
+		f.Set(sick, 503)
+		for range 200 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if n := f.Received(sick); n != 3 {
+			t.Fatalf("the 503 endpoint got %d attempts, want 3: ejected after its third failure", n)
+		}
+		time.Sleep(9 * time.Second)
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if n := f.Received(sick); n != 3 {
+			t.Fatalf("%d attempts reached the endpoint before its ejection was over", n-3)
+		}
+		time.Sleep(2 * time.Second) // 11 s: the ejection is over
+		for range 200 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if n := f.Received(sick); n != 6 {
+			t.Fatalf("after its ejection the endpoint got %d attempts, want 3 more (then ejected again)", n-3)
+		}
+		time.Sleep(11 * time.Second) // the second ejection lasts 20 s
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if n := f.Received(sick); n != 6 {
+			t.Fatalf("the second ejection let %d attempts through after 11 s", n-6)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{"http://svc.test:80 " + sick + " 10s", "http://svc.test:80 " + sick + " 0s", "http://svc.test:80 " + sick + " 20s"}
+		if strings.Join(told, ", ") != strings.Join(want, ", ") {
+			t.Fatalf("OnEject told %q, want %q", told, want)
+		}
+	})
+}
+
+// metricsOnly has a breaker that never opens: the ejections alone keep
+// attempts off the endpoints.
+var metricsOnly = attempt.Config{Admission: admission.Config{Circuit: circuit.Config{StartState: circuit.MetricsOnly}}}
+
+// However many endpoints fail, no more than MaxShare of them (at least one)
+// are ejected at once, and never the last one: with every endpoint sick,
+// the host's attempts still reach some, and the breaker decides.
+func TestNeverMoreThanTheMaximumShareOfEndpointsIsEjected(t *testing.T) {
+	for _, tc := range []struct {
+		n, sick int
+		share   float64
+		want    int // ejected at most
+	}{
+		{5, 5, 0.1, 1}, {5, 5, 0.4, 2}, {10, 10, 0.5, 5}, {2, 2, 1, 1}, {3, 3, 1, 2},
+	} {
+		t.Run(fmt.Sprintf("%d of %d sick, share %v", tc.sick, tc.n, tc.share), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f, tr, addrs := fleetOf(t, tc.n, attempt.Ejection{ConsecutiveFailures: 2, MaxShare: tc.share}, metricsOnly)
+				for _, a := range addrs[:tc.sick] {
+					f.Set(a, 503)
+				}
+				for range 400 {
+					tryGet(tr, "http://svc.test/")
+				}
+				f.Reset()
+				for range 400 {
+					tryGet(tr, "http://svc.test/")
+				}
+				reached := 0
+				for _, a := range addrs {
+					if f.Received(a) > 0 {
+						reached++
+					}
+				}
+				if ejected := tc.n - reached; ejected > tc.want || ejected < 1 {
+					t.Fatalf("%d endpoints got no attempt, want between 1 and %d", ejected, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// A host with one endpoint — or one whose other endpoints are ejected —
+// is never ejected: its attempts go on, and the upstream's breaker decides.
+func TestTheLastEndpointIsNeverEjected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 2, attempt.Ejection{ConsecutiveFailures: 1, MaxShare: 1}, metricsOnly)
+		f.Set(addrs[0], 503)
+		f.Set(addrs[1], 503)
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		f.Reset()
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if a, b := f.Received(addrs[0]), f.Received(addrs[1]); a+b != 100 || a != 0 && b != 0 {
+			t.Fatalf("with both sick, they got %d and %d of 100: one ejected, the last one kept", a, b)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 1, attempt.Ejection{ConsecutiveFailures: 1}, attempt.Config{})
+		f.Set(addrs[0], 503)
+		for range 50 {
+			tryGet(tr, "http://svc.test/")
+		}
+		// One address is dialed by name, as without Endpoints: the fleet
+		// refuses a name, so no attempt reached it, and none was ejected.
+		if n := f.Received(addrs[0]); n != 0 {
+			t.Fatalf("a one-address host was dialed by address (%d attempts)", n)
+		}
+	})
+}
+
+// What is not the endpoint's fault counts for nothing against it: a local
+// rejection (the bulkhead full), the caller's cancellation, a body that
+// fails to read. After many of them, the endpoint still takes attempts.
+func TestClientFaultsAndLocalRejectionsEjectNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ejections atomic.Int64
+		f, tr, addrs := fleetOf(t, 2, attempt.Ejection{ConsecutiveFailures: 1, MaxShare: 1},
+			attempt.Config{Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 1}},
+				Endpoints: &attempt.Endpoints{OnEject: func(string, string, time.Duration) { ejections.Add(1) }}})
+		for _, a := range addrs {
+			f.SetDelay(a, time.Second)
+		}
+		for range 20 {
+			// The caller gives up after 100 ms, while a second call is
+			// refused by the bulkhead; a third's body fails to read.
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://svc.test/", nil)
+			done := make(chan error, 1)
+			go func() {
+				_, err := tr.RoundTrip(req)
+				done <- err
+			}()
+			synctest.Wait()
+			if err := tryGet(tr, "http://svc.test/"); !errors.Is(err, bulkhead.ErrFull) {
+				t.Fatalf("a second call: %v, want the bulkhead full", err)
+			}
+			<-done
+			cancel()
+			time.Sleep(time.Second) // the replica's answer, to nobody
+			bad, _ := http.NewRequest(http.MethodPost, "http://svc.test/", io.NopCloser(failing{}))
+			if _, err := tr.RoundTrip(bad); err == nil {
+				t.Fatal("a body that fails to read was sent")
+			}
+		}
+		if n := ejections.Load(); n != 0 {
+			t.Fatalf("%d ejections for faults that were not the endpoints'", n)
+		}
+		// And the control: failures of their own eject one.
+		for _, a := range addrs {
+			f.SetDelay(a, 0)
+			f.Set(a, 503)
+		}
+		tryGet(tr, "http://svc.test/")
+		if n := ejections.Load(); n != 1 {
+			t.Fatalf("%d ejections after a 503, want 1", n)
+		}
+		time.Sleep(2 * time.Second) // the replicas end what they were given
+	})
+}
+
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, errors.New("the caller's body failed") }
+
+// A connection refused by one endpoint is made to another within the same
+// attempt, as net/http's dialer tries each address of a host: the attempt
+// succeeds, and the refusing endpoint is ejected after its failures.
+func TestAConnectionRefusedByOneEndpointIsMadeToAnotherWithinTheAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 3, attempt.Ejection{ConsecutiveFailures: 2, MaxShare: 0.5}, attempt.Config{})
+		f.Set(addrs[0], 0) // refuses connections
+		for i := range 100 {
+			if err := tryGet(tr, "http://svc.test/"); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		refused := 0
+		for _, d := range f.Dialed() {
+			if d == addrs[0] {
+				refused++
+			}
+		}
+		if refused != 2 {
+			t.Fatalf("the refusing endpoint was dialed %d times, want 2: ejected after its second refusal", refused)
+		}
+	})
+}
+
+// Every endpoint refusing: the attempt fails NotSent at the dial, with the
+// last endpoint's error, having tried each once.
+func TestAnAttemptTriesEachEndpointOnceBeforeItFailsToConnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 3, attempt.Ejection{ConsecutiveFailures: -1}, attempt.Config{})
+		for _, a := range addrs {
+			f.Set(a, 0)
+		}
+		err := tryGet(tr, "http://svc.test/")
+		var ce *classify.Error
+		if !errors.As(err, &ce) || ce.Category != classify.NotSent || ce.Stage != classify.StageDial {
+			t.Fatalf("err %v, want NotSent at the dial", err)
+		}
+		if d := f.Dialed(); len(d) != 3 {
+			t.Fatalf("dialed %v, want each endpoint once", d)
+		}
+	})
+}
+
+// A host that resolves to one address, an IP address, or a name the
+// resolver does not know, is dialed by name, exactly as without Endpoints:
+// the user's DialContext is given the host's name.
+func TestOneAddressIsDialedByNameAsWithoutEndpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var dialed []string
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialed = append(dialed, addr)
+			mu.Unlock()
+			return pipeServer(200), nil
+		}
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: dial},
+			Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"one.test": testkit.Loopbacks(1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for _, u := range []string{"http://one.test/", "http://unknown.test/", "http://127.0.0.9/"} {
+			if err := tryGet(tr, u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := "one.test:80 unknown.test:80 127.0.0.9:80"; strings.Join(dialed, " ") != want {
+			t.Fatalf("dialed %q, want %q", dialed, want)
+		}
+	})
+}
+
+// pipeServer is an in-memory HTTP/1.1 connection that answers status.
+func pipeServer(status int) net.Conn {
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		r := bufio.NewReader(server)
+		for {
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if _, err := fmt.Fprintf(server, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\n\r\n", status, http.StatusText(status)); err != nil {
+				return
+			}
+		}
+	}()
+	return client
+}
+
+// A stalling endpoint is avoided: the power of two choices by peak-EWMA
+// latency × attempts in flight sends almost nothing to an endpoint that
+// takes 2 s while the others take 1 ms.
+func TestASlowEndpointGetsFewAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := fleetOf(t, 5, attempt.Ejection{}, attempt.Config{})
+		for _, a := range addrs {
+			f.SetDelay(a, time.Millisecond)
+		}
+		f.SetDelay(addrs[0], 2*time.Second)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 100 {
+					tryGet(tr, "http://svc.test/")
+				}
+			})
+		}
+		wg.Wait()
+		if n := f.Received(addrs[0]); n > 16 {
+			t.Fatalf("the slow endpoint got %d of 800 attempts", n)
+		}
+	})
+}
+
+// Invalid settings fail at construction, naming the field.
+func TestInvalidEndpointSettingsAreRefusedNamingTheField(t *testing.T) {
+	for _, tc := range []struct {
+		e    attempt.Endpoints
+		want string
+	}{
+		{attempt.Endpoints{Refresh: -1}, "Endpoints.Refresh"},
+		{attempt.Endpoints{MaxEndpoints: -1}, "Endpoints.MaxEndpoints"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{MaxShare: 1.5}}, "Endpoints.Ejection.MaxShare"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: -1}}, "Endpoints.Ejection.BaseTime"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: time.Minute, MaxTime: time.Second}}, "Endpoints.Ejection.MaxTime"},
+	} {
+		_, err := attempt.New(attempt.Config{Endpoints: &tc.e})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.e, err, tc.want)
+		}
+	}
+}

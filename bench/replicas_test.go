@@ -1,0 +1,396 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/admission/circuit"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
+)
+
+var (
+	replicasRun   = flag.Bool("replicas", false, "run TestReplicas: five replica processes behind one name (about 2 minutes)")
+	replicasProto = flag.String("replicas.protos", "HTTP1,h2c", "the protocols TestReplicas runs over")
+)
+
+const (
+	replicaCount    = 5
+	replicaWorkers  = 16
+	replicaDeadline = time.Second
+	replicaName     = "replicas.test"
+)
+
+// TestReplicaWorker is one replica of TestReplicas, in a process of its
+// own: an outboundtest server on OUTBOUND_REPLICA_ADDR that takes commands,
+// one per line, on its standard input — ok, stall (2 s before a 200), 503,
+// reset (the connection reset once the request is read), clear (forget
+// what it received), and stats (what it received, and the executions per
+// call id, as JSON on one line) — and answers each with a line.
+func TestReplicaWorker(t *testing.T) {
+	addr := os.Getenv("OUTBOUND_REPLICA_ADDR")
+	if addr == "" {
+		t.Skip("a replica process of TestReplicas")
+	}
+	proto := outboundtest.HTTP1
+	if os.Getenv("OUTBOUND_REPLICA_PROTO") == "h2c" {
+		proto = outboundtest.H2C
+	}
+	s, err := outboundtest.NewServerAt(proto, addr)
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	defer s.Close()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "ok":
+			s.SetDefault(outboundtest.Respond(200))
+		case "stall":
+			s.SetDefault(outboundtest.Slow(2*time.Second, 200))
+		case "503":
+			s.SetDefault(outboundtest.Respond(503))
+		case "reset":
+			s.SetDefault(outboundtest.ResetAfterRead())
+		case "clear":
+			s.Reset()
+		case "stats":
+			ex := map[string]int{}
+			for _, r := range s.Log() {
+				if r.Executed && r.ID != "" {
+					ex[r.ID]++
+				}
+			}
+			b, _ := json.Marshal(map[string]any{"executed": ex, "received": s.TotalReceived()})
+			fmt.Println(string(b))
+			continue
+		}
+		fmt.Println("done")
+	}
+}
+
+// replica is a replica process, driven through its standard input.
+type replica struct {
+	addr string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+}
+
+func (r *replica) say(tb testing.TB, cmd string) string {
+	tb.Helper()
+	fmt.Fprintln(r.in, cmd)
+	if !r.out.Scan() {
+		tb.Fatalf("replica %s: no answer to %q", r.addr, cmd)
+	}
+	return r.out.Text()
+}
+
+// startReplicas starts replicaCount replica processes speaking proto on one
+// port of 127.0.0.2, 127.0.0.3, …
+func startReplicas(tb testing.TB, proto string) ([]*replica, string) {
+	tb.Helper()
+	for range 10 {
+		ln, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			tb.Skipf("cannot listen on 127.0.0.2 (%v): this machine's loopback has one address", err)
+		}
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+		var rs []*replica
+		ok := true
+		for _, ip := range testkit.Loopbacks(replicaCount) {
+			r := &replica{addr: net.JoinHostPort(ip.String(), port)}
+			r.cmd = exec.Command(os.Args[0], "-test.run=^TestReplicaWorker$", "-test.count=1")
+			r.cmd.Env = append(os.Environ(), "OUTBOUND_REPLICA_ADDR="+r.addr, "OUTBOUND_REPLICA_PROTO="+proto)
+			r.cmd.Stderr = os.Stderr
+			r.in, _ = r.cmd.StdinPipe()
+			out, _ := r.cmd.StdoutPipe()
+			r.out = bufio.NewScanner(out)
+			r.out.Buffer(nil, 64<<20)
+			if err := r.cmd.Start(); err != nil {
+				tb.Fatal(err)
+			}
+			rs = append(rs, r)
+			if !r.out.Scan() || r.out.Text() != "ready" {
+				ok = false
+				break
+			}
+		}
+		stop := func() {
+			for _, r := range rs {
+				r.in.Close()
+				r.cmd.Process.Kill()
+				r.cmd.Wait()
+			}
+		}
+		if ok {
+			tb.Cleanup(stop)
+			return rs, port
+		}
+		stop() // the port was taken on one of the addresses
+	}
+	tb.Fatal("no port free on every replica address in 10 tries")
+	return nil, ""
+}
+
+// replicaClient is one side of TestReplicas.
+type replicaClient struct {
+	name string
+	rt   http.RoundTripper
+	tr   *outbound.Transport // outbound's, for its breaker
+}
+
+// byName dials a name as net/http's dialer does: each address the resolver
+// gives, in its order, until one connects.
+func byName(names testkit.Names) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, _ := net.SplitHostPort(addr)
+		ips, err := names.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return d.DialContext(ctx, network, addr)
+		}
+		for _, ip := range ips {
+			c, e := d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+			if e == nil {
+				return c, nil
+			}
+			err = e
+		}
+		return nil, err
+	}
+}
+
+// roundRobin sends each request to the next address, keeping the host's
+// name in the Host header: a client that rotates over the replicas.
+type roundRobin struct {
+	next  atomic.Uint64
+	addrs []string
+	rt    http.RoundTripper
+}
+
+func (r *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
+	u := *req.URL
+	u.Host = r.addrs[r.next.Add(1)%uint64(len(r.addrs))]
+	out := req.Clone(req.Context())
+	out.URL, out.Host = &u, req.URL.Host
+	return r.rt.RoundTrip(out)
+}
+
+func replicaTransport(proto string) *http.Transport {
+	t := &http.Transport{MaxIdleConnsPerHost: replicaWorkers, DialContext: byName(testkit.Names{replicaName: testkit.Loopbacks(replicaCount)})}
+	if proto == "h2c" {
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = p
+	}
+	return t
+}
+
+func replicaClients(tb testing.TB, proto, port string) []replicaClient {
+	names := testkit.Names{replicaName: testkit.Loopbacks(replicaCount)}
+	var addrs []string
+	for _, ip := range names[replicaName] {
+		addrs = append(addrs, net.JoinHostPort(ip.String(), port))
+	}
+	bare := replicaTransport(proto)
+	rrInner := replicaTransport(proto)
+	tb.Cleanup(bare.CloseIdleConnections)
+	tb.Cleanup(rrInner.CloseIdleConnections)
+	tr, err := outbound.New(outbound.Config{HTTPTransport: replicaTransport(proto),
+		Endpoints: &attempt.Endpoints{Resolver: names,
+			// Short ejections, so that a healed replica is back within the run.
+			Ejection: attempt.Ejection{BaseTime: 2 * time.Second, MaxTime: 4 * time.Second, MaxShare: 0.2}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tr.Close)
+	one, err := outbound.New(outbound.Config{HTTPTransport: replicaTransport(proto)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(one.Close)
+	return []replicaClient{
+		{name: "net/http", rt: bare},
+		{name: "round-robin", rt: &roundRobin{addrs: addrs, rt: rrInner}},
+		{name: "outbound-1", rt: one, tr: one},
+		{name: "outbound", rt: tr, tr: tr},
+	}
+}
+
+// replicaRun is what one client's run of a scenario came to.
+type replicaRun struct {
+	calls, failedGET, failedPOST int
+	cpu                          time.Duration   // the client process's CPU time
+	lat                          []time.Duration // of the successful calls
+	breakerOpened                bool
+}
+
+// drive runs replicaWorkers callers through rt for d, with one call in five
+// a POST without an Idempotency-Key carrying a unique id, the rest GETs,
+// each call within replicaDeadline, while phases runs; it returns when
+// both are done.
+func drive(rt http.RoundTripper, tr *outbound.Transport, port, client string, d time.Duration, phases func()) replicaRun {
+	var mu sync.Mutex
+	var run replicaRun
+	var seq atomic.Int64
+	stop := time.Now().Add(d)
+	cpu0 := cpuTime()
+	var wg sync.WaitGroup
+	for w := range replicaWorkers {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				post := i%5 == 0
+				ctx, cancel := context.WithTimeout(context.Background(), replicaDeadline)
+				method := http.MethodGet
+				var body io.Reader
+				if post {
+					method, body = http.MethodPost, strings.NewReader(`{"qty":1}`)
+				}
+				req, _ := http.NewRequestWithContext(ctx, method, "http://"+replicaName+":"+port+"/", body)
+				req.Header.Set(outboundtest.IDHeader, fmt.Sprintf("%s-%s-%d-%d", method, client, w, seq.Add(1)))
+				start := time.Now()
+				resp, err := rt.RoundTrip(req)
+				ok := err == nil && resp.StatusCode < 500
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					ok = ok && err == nil
+				}
+				took := time.Since(start)
+				cancel()
+				mu.Lock()
+				run.calls++
+				switch {
+				case ok:
+					run.lat = append(run.lat, took)
+				case post:
+					run.failedPOST++
+				default:
+					run.failedGET++
+				}
+				if tr != nil {
+					if m, ok := tr.Breakers()["http://"+replicaName+":"+port]; ok && m.State != circuit.Closed {
+						run.breakerOpened = true
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	phases()
+	wg.Wait()
+	run.cpu = time.Duration(cpuTime() - cpu0)
+	return run
+}
+
+func pct(l []time.Duration, q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// duplicates asks every replica what it executed and returns the POSTs
+// executed more than once (GETs may be, by a retry).
+func duplicates(tb testing.TB, rs []*replica) int {
+	total := map[string]int{}
+	for _, r := range rs {
+		var st struct{ Executed map[string]int }
+		if err := json.Unmarshal([]byte(r.say(tb, "stats")), &st); err != nil {
+			tb.Fatal(err)
+		}
+		for id, n := range st.Executed {
+			total[id] += n
+		}
+	}
+	dup := 0
+	for id, n := range total {
+		if n > 1 && strings.HasPrefix(id, http.MethodPost) {
+			dup++
+		}
+	}
+	return dup
+}
+
+// TestReplicas runs five replica processes behind one name on 127.0.0.2–6
+// and compares, in the same run, bare net/http (which dials the first
+// address that accepts and keeps its connections there), a client that
+// rotates requests over the addresses, and outbound with Endpoints, under
+// three scenarios: the first replica stalls 2 s for four seconds of eight;
+// the first answers 503, or resets connections, for four seconds, then
+// heals; and all are healthy. 16 callers, a 1 s deadline per call, one
+// call in five an unkeyed POST.
+func TestReplicas(t *testing.T) {
+	if !*replicasRun {
+		t.Skip("run with -replicas (bench/run.sh does)")
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "%-6s %-7s %-12s %7s %8s %8s %9s %8s %8s %8s %8s %4s %s\n", "PROTO", "FAULT", "CLIENT", "CALLS", "SUCCESS", "FAIL-GET", "FAIL-POST",
+		"DUP-POST", "P50", "P99", "CPU/CALL", "BRK", "FIRST-REPLICA")
+	for _, proto := range strings.Split(*replicasProto, ",") {
+		rs, port := startReplicas(t, proto)
+		for _, fault := range []string{"stall", "503", "reset", "none"} {
+			for _, c := range replicaClients(t, proto, port) {
+				for _, r := range rs {
+					r.say(t, "ok")
+				}
+				for _, r := range rs {
+					r.say(t, "clear")
+				}
+				var during int
+				run := drive(c.rt, c.tr, port, c.name, 8*time.Second, func() {
+					time.Sleep(2 * time.Second)
+					if fault != "none" {
+						rs[0].say(t, fault)
+					}
+					during = receivedBy(t, rs[0])
+					time.Sleep(4 * time.Second)
+					during = receivedBy(t, rs[0]) - during
+					rs[0].say(t, "ok")
+				})
+				after := receivedBy(t, rs[0])
+				dup := duplicates(t, rs)
+				succ := float64(len(run.lat)) / float64(run.calls) * 100
+				fmt.Fprintf(&out, "%-6s %-7s %-12s %7d %7.3f%% %8d %9d %8d %8s %8s %8s %4v during the fault %d, in all %d\n", proto, fault, c.name, run.calls, succ,
+					run.failedGET, run.failedPOST, dup, pct(run.lat, 0.5).Round(10*time.Microsecond), pct(run.lat, 0.99).Round(10*time.Microsecond),
+					(run.cpu / time.Duration(run.calls)).Round(100*time.Nanosecond),
+					map[bool]string{true: "open", false: "-"}[run.breakerOpened], during, after)
+				for _, r := range rs {
+					r.say(t, "ok")
+				}
+			}
+		}
+	}
+	t.Log("\n" + out.String())
+}
+
+func receivedBy(tb testing.TB, r *replica) int {
+	var st struct{ Received int }
+	if err := json.Unmarshal([]byte(r.say(tb, "stats")), &st); err != nil {
+		tb.Fatal(err)
+	}
+	return st.Received
+}

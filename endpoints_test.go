@@ -1,0 +1,165 @@
+package outbound_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// twoReplicas is a fleet of two replicas behind "svc.test:80" and a
+// Transport with Endpoints over them, ejection off.
+func twoReplicas(t *testing.T, cfg outbound.Config) (*testkit.Fleet, *outbound.Transport, [2]string) {
+	t.Helper()
+	ips := testkit.Loopbacks(2)
+	addrs := [2]string{netip.AddrPortFrom(ips[0], 80).String(), netip.AddrPortFrom(ips[1], 80).String()}
+	f := testkit.NewFleet(addrs[:]...)
+	cfg.HTTPTransport = &http.Transport{DialContext: f.Dial}
+	cfg.Endpoints = &attempt.Endpoints{Resolver: testkit.Names{"svc.test": ips}, Ejection: attempt.Ejection{ConsecutiveFailures: -1}}
+	cfg.Backoff = retry.Backoff{Initial: 1, Max: 1, Jitter: -1}
+	tr, err := outbound.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return f, tr, addrs
+}
+
+// A retry goes to another endpoint than the one that failed, even when
+// the one that failed looks the better pick: here it answers 503 at once
+// and the other 200 after 10 ms, so the power of two choices alone would
+// send every attempt to the first.
+func TestARetryGoesToAnotherEndpointThanTheOneThatFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := twoReplicas(t, outbound.Config{MaxAttempts: 2, Budget: retry.BudgetConfig{MaxTokens: 100}})
+		f.Set(addrs[0], 503)
+		f.SetDelay(addrs[1], 10*time.Millisecond)
+		for i := range 30 {
+			req, _ := http.NewRequest(http.MethodGet, "http://svc.test/", nil)
+			resp, out, err := tr.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("call %d: %v %v, outcome %+v", i, resp, err, out)
+			}
+			resp.Body.Close()
+		}
+		if n := f.Received(addrs[0]); n == 0 || n > 30 {
+			t.Fatalf("the failing endpoint got %d attempts of 30 calls: each call's retry should go elsewhere", n)
+		}
+	})
+}
+
+// A retry after a connection that could not be made goes to another
+// endpoint — here within the same attempt, as net/http's dialer tries
+// every address: the call succeeds in one attempt.
+func TestARetryAfterAConnectFailureGoesToAnotherEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := twoReplicas(t, outbound.Config{MaxAttempts: 1})
+		f.Set(addrs[0], 0) // refuses connections
+		for i := range 20 {
+			req, _ := http.NewRequest(http.MethodPost, "http://svc.test/", nil)
+			resp, out, err := tr.Do(req)
+			if err != nil || resp.StatusCode != 200 || len(out.Attempts) != 1 {
+				t.Fatalf("call %d: %v %v, outcome %+v", i, resp, err, out)
+			}
+			resp.Body.Close()
+		}
+		if n := f.Received(addrs[1]); n != 20 {
+			t.Fatalf("the healthy endpoint got %d of 20", n)
+		}
+	})
+}
+
+// A hedge goes to another endpoint than its primary: when the primary's
+// endpoint, until then the faster, stalls, the hedge is answered by the
+// other and the call takes the hedge's delay plus the other's latency.
+func TestAHedgeGoesToAnotherEndpointThanItsPrimary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, tr, addrs := twoReplicas(t, outbound.Config{Hedging: &outbound.Hedging{Delay: 20 * time.Millisecond}})
+		f.SetDelay(addrs[1], 5*time.Millisecond)
+		for range 10 { // the first endpoint answers at once: it is the pick
+			getURL(t, tr, "http://svc.test/")
+		}
+		f.SetDelay(addrs[0], 500*time.Millisecond)
+		f.Reset()
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodGet, "http://svc.test/", nil)
+		resp, out, err := tr.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v, outcome %+v", resp, err, out)
+		}
+		resp.Body.Close()
+		if took := time.Since(start); took > 100*time.Millisecond || f.Received(addrs[0]) != 1 || f.Received(addrs[1]) != 1 {
+			t.Fatalf("took %v, the endpoints got %d and %d attempts: want the primary on the first, the hedge on the second",
+				took, f.Received(addrs[0]), f.Received(addrs[1]))
+		}
+		time.Sleep(time.Second) // the stalled replica ends its answer to nobody
+	})
+}
+
+// TLS checks the certificate against the host's name, never the
+// endpoint's address: two replicas on 127.0.0.2 and 127.0.0.3 whose
+// certificate names only "localhost" are trusted as localhost, and the
+// same replicas asked for as another name are refused.
+func TestTLSVerificationUsesTheHostName(t *testing.T) {
+	a, b := replicaPair(t, outboundtest.H2TLS)
+	u, _ := url.Parse(a.URL)
+	port := u.Port()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(a.CertificatePEM())
+	roots.AppendCertsFromPEM(b.CertificatePEM())
+	tr, err := outbound.New(outbound.Config{MaxAttempts: 1,
+		HTTPTransport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true},
+		Endpoints:     &attempt.Endpoints{Resolver: testkit.Names{"localhost": testkit.Loopbacks(2), "svc.test": testkit.Loopbacks(2)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for i := range 40 {
+		resp, err := getURL(t, tr, "https://localhost:"+port+"/")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if a.TotalReceived() == 0 || b.TotalReceived() == 0 {
+		t.Fatalf("the replicas got %d and %d of 40 calls: both should be used", a.TotalReceived(), b.TotalReceived())
+	}
+	_, err = getURL(t, tr, "https://svc.test:"+port+"/")
+	var uerr x509.HostnameError
+	if !errors.As(err, &uerr) {
+		t.Fatalf("a name the certificate does not have: %v, want a host name error", err)
+	}
+}
+
+// replicaPair starts two servers speaking p on one port of 127.0.0.2 and
+// 127.0.0.3.
+func replicaPair(t *testing.T, p outboundtest.Proto) (*outboundtest.Server, *outboundtest.Server) {
+	t.Helper()
+	for range 20 {
+		a, err := outboundtest.NewServerAt(p, "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("cannot listen on 127.0.0.2 (%v): this machine's loopback has one address", err)
+		}
+		u, _ := url.Parse(a.URL)
+		b, err := outboundtest.NewServerAt(p, "127.0.0.3:"+u.Port())
+		if err != nil {
+			a.Close()
+			continue // the port is taken there
+		}
+		t.Cleanup(a.Close)
+		t.Cleanup(b.Close)
+		return a, b
+	}
+	t.Fatal("no port free on both 127.0.0.2 and 127.0.0.3 in 20 tries")
+	return nil, nil
+}
