@@ -346,7 +346,10 @@ func (s *endpointSet) pick(ctx context.Context, e *Elsewhere, skip []*endpoint) 
 		j++
 	}
 	a, b := cand[i], cand[j]
-	def := s.meanLatency(eps, now) / 2
+	def := 0.0
+	if !a.sampled() || !b.sampled() {
+		def = s.meanLatency(eps, now) / 2
+	}
 	if b.load(now, def) < a.load(now, def) {
 		return b
 	}
@@ -372,6 +375,13 @@ func (s *endpointSet) meanLatency(eps []*endpoint, now int64) float64 {
 		return 1
 	}
 	return sum / float64(n)
+}
+
+// sampled reports whether ep has a latency estimate.
+func (ep *endpoint) sampled() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.stamp != 0
 }
 
 // load is the endpoint's cost: its latency estimate, decayed to now, times

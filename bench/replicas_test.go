@@ -39,7 +39,8 @@ const (
 )
 
 // TestReplicaWorker is one replica of TestReplicas, in a process of its
-// own: an outboundtest server on OUTBOUND_REPLICA_ADDR that takes commands,
+// own: an outboundtest server on OUTBOUND_REPLICA_ADDR (or one on each of
+// its comma-separated addresses) that takes commands,
 // one per line, on its standard input — ok, stall (2 s before a 200), 503,
 // reset (the connection reset once the request is read), clear (forget
 // what it received), and stats (what it received, and the executions per
@@ -53,36 +54,47 @@ func TestReplicaWorker(t *testing.T) {
 	if os.Getenv("OUTBOUND_REPLICA_PROTO") == "h2c" {
 		proto = outboundtest.H2C
 	}
-	s, err := outboundtest.NewServerAt(proto, addr)
-	if err != nil {
-		fmt.Println("error", err)
-		return
+	var ss []*outboundtest.Server
+	for _, a := range strings.Split(addr, ",") {
+		s, err := outboundtest.NewServerAt(proto, a)
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		defer s.Close()
+		ss = append(ss, s)
 	}
-	defer s.Close()
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		switch in.Text() {
-		case "ok":
-			s.SetDefault(outboundtest.Respond(200))
-		case "stall":
-			s.SetDefault(outboundtest.Slow(2*time.Second, 200))
-		case "503":
-			s.SetDefault(outboundtest.Respond(503))
-		case "reset":
-			s.SetDefault(outboundtest.ResetAfterRead())
-		case "clear":
-			s.Reset()
-		case "stats":
+		if in.Text() == "stats" {
 			ex := map[string]int{}
-			for _, r := range s.Log() {
-				if r.Executed && r.ID != "" {
-					ex[r.ID]++
+			received := 0
+			for _, s := range ss {
+				for _, r := range s.Log() {
+					if r.Executed && r.ID != "" {
+						ex[r.ID]++
+					}
 				}
+				received += s.TotalReceived()
 			}
-			b, _ := json.Marshal(map[string]any{"executed": ex, "received": s.TotalReceived()})
+			b, _ := json.Marshal(map[string]any{"executed": ex, "received": received})
 			fmt.Println(string(b))
 			continue
+		}
+		for _, s := range ss {
+			switch in.Text() {
+			case "ok":
+				s.SetDefault(outboundtest.Respond(200))
+			case "stall":
+				s.SetDefault(outboundtest.Slow(2*time.Second, 200))
+			case "503":
+				s.SetDefault(outboundtest.Respond(503))
+			case "reset":
+				s.SetDefault(outboundtest.ResetAfterRead())
+			case "clear":
+				s.Reset()
+			}
 		}
 		fmt.Println("done")
 	}
@@ -107,7 +119,7 @@ func (r *replica) say(tb testing.TB, cmd string) string {
 
 // startReplicas starts replicaCount replica processes speaking proto on one
 // port of 127.0.0.2, 127.0.0.3, …
-func startReplicas(tb testing.TB, proto string) ([]*replica, string) {
+func startReplicas(tb testing.TB, proto string, oneProcess bool) ([]*replica, string) {
 	tb.Helper()
 	for range 10 {
 		ln, err := net.Listen("tcp", "127.0.0.2:0")
@@ -118,8 +130,15 @@ func startReplicas(tb testing.TB, proto string) ([]*replica, string) {
 		ln.Close()
 		var rs []*replica
 		ok := true
+		var groups []string
 		for _, ip := range testkit.Loopbacks(replicaCount) {
-			r := &replica{addr: net.JoinHostPort(ip.String(), port)}
+			groups = append(groups, net.JoinHostPort(ip.String(), port))
+		}
+		if oneProcess {
+			groups = []string{strings.Join(groups, ",")}
+		}
+		for _, g := range groups {
+			r := &replica{addr: g}
 			r.cmd = exec.Command(os.Args[0], "-test.run=^TestReplicaWorker$", "-test.count=1")
 			r.cmd.Env = append(os.Environ(), "OUTBOUND_REPLICA_ADDR="+r.addr, "OUTBOUND_REPLICA_PROTO="+proto)
 			r.cmd.Stderr = os.Stderr
@@ -351,7 +370,7 @@ func TestReplicas(t *testing.T) {
 	fmt.Fprintf(&out, "%-6s %-7s %-12s %7s %8s %8s %9s %8s %8s %8s %8s %4s %s\n", "PROTO", "FAULT", "CLIENT", "CALLS", "SUCCESS", "FAIL-GET", "FAIL-POST",
 		"DUP-POST", "P50", "P99", "CPU/CALL", "BRK", "FIRST-REPLICA")
 	for _, proto := range strings.Split(*replicasProto, ",") {
-		rs, port := startReplicas(t, proto)
+		rs, port := startReplicas(t, proto, false)
 		for _, fault := range []string{"stall", "503", "reset", "none"} {
 			for _, c := range replicaClients(t, proto, port) {
 				for _, r := range rs {
@@ -384,8 +403,38 @@ func TestReplicas(t *testing.T) {
 			}
 		}
 	}
+	fmt.Fprintf(&out, "\nAll healthy, paired (one process serves the five addresses: only the client differs), outbound with Endpoints / outbound by name, %d rounds of %v each:\n", pairRounds, pairRound)
+	for _, proto := range strings.Split(*replicasProto, ",") {
+		rs, port := startReplicas(t, proto, true)
+		cs := replicaClients(t, proto, port)
+		byName, spread := cs[2], cs[3]
+		var rps, cpu []float64
+		for round := range pairRounds {
+			runs := map[string]replicaRun{}
+			order := []replicaClient{byName, spread}
+			if round%2 == 1 {
+				order[0], order[1] = spread, byName
+			}
+			for _, c := range order {
+				rs[0].say(t, "clear")
+				runs[c.name] = drive(c.rt, nil, port, c.name, pairRound, func() { time.Sleep(pairRound) })
+			}
+			a, b := runs[byName.name], runs[spread.name]
+			rps = append(rps, float64(b.calls)/float64(a.calls))
+			cpu = append(cpu, float64(b.cpu)/float64(b.calls)/(float64(a.cpu)/float64(a.calls)))
+		}
+		slices.Sort(rps)
+		slices.Sort(cpu)
+		fmt.Fprintf(&out, "%-6s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto,
+			rps[len(rps)/2], rps[0], rps[len(rps)-1], cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1])
+	}
 	t.Log("\n" + out.String())
 }
+
+const (
+	pairRounds = 7
+	pairRound  = 2 * time.Second
+)
 
 func receivedBy(tb testing.TB, r *replica) int {
 	var st struct{ Received int }

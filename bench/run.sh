@@ -152,4 +152,21 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 	"$work/summarize" raw/round-*.txt
 } >RESULTS.md.tmp
 mv RESULTS.md.tmp RESULTS.md
+
+# Five replica processes behind one name (about 5 minutes).
+echo "five replicas behind one name (TestReplicas)" >&2
+if rep=$("$work/bench.test" -test.run '^TestReplicas$' -replicas -test.v -test.timeout 20m 2>&1); then
+	{
+		echo
+		echo "## A host is many endpoints (TestReplicas)"
+		echo
+		echo '```'
+		printf '%s\n' "$rep" | sed -n '/PROTO/,/^--- /p' | grep -v '^--- ' | sed 's/^        //'
+		echo '```'
+	} >>RESULTS.md
+else
+	printf '%s\n' "$rep" >&2
+	echo "TestReplicas failed" >&2
+	exit 1
+fi
 echo "wrote RESULTS.md in $((SECONDS - start)) s" >&2
