@@ -168,10 +168,12 @@ func (c *call) run() (*http.Response, error) {
 			resp, err, a, actx, acancel, ai = l.resp, l.err, l.a, l.f.actx, l.f.cancel, l.f.ai
 		} else {
 			start := clock.Now()
+			var ep string
 			resp, err = c.t.attempts.AttemptOn(actx, c.route, c.req,
 				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
-					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere})
+					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere, Endpoint: &ep})
 			a = record(resp, err, time.Duration(clock.Now()-start))
+			a.Endpoint = ep
 			c.observe(a)
 		}
 		opened := resp != nil && c.t.openOnRetryAfter != nil && c.openOnRetryAfter(resp)

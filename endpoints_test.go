@@ -52,6 +52,10 @@ func TestARetryGoesToAnotherEndpointThanTheOneThatFailed(t *testing.T) {
 				t.Fatalf("call %d: %v %v, outcome %+v", i, resp, err, out)
 			}
 			resp.Body.Close()
+			if last := out.Attempts[len(out.Attempts)-1]; last.Endpoint != addrs[1] ||
+				len(out.Attempts) == 2 && out.Attempts[0].Endpoint != addrs[0] {
+				t.Fatalf("call %d: the outcome names the endpoints %v", i, out)
+			}
 		}
 		if n := f.Received(addrs[0]); n == 0 || n > 30 {
 			t.Fatalf("the failing endpoint got %d attempts of 30 calls: each call's retry should go elsewhere", n)

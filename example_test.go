@@ -18,8 +18,10 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/ratelimit"
+	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
 )
@@ -265,4 +267,42 @@ func ExampleHedging() {
 	// Output:
 	// hedge false, lost true, Ambiguous
 	// hedge true, lost false, Answered
+}
+
+// Spread a host's attempts over every address it resolves to. Here the
+// resolver is replaced, as a test would: svc.test is five replicas of an
+// in-memory fleet, of which the first answers 503; the call's retry goes
+// to another replica, and the outcome says where each attempt went.
+func ExampleConfig_endpoints() {
+	fleet := testkit.NewFleet("127.0.0.2:80", "127.0.0.3:80", "127.0.0.4:80", "127.0.0.5:80", "127.0.0.6:80")
+	fleet.Set("127.0.0.2:80", 503)
+	tr, err := outbound.New(outbound.Config{
+		Endpoints: &attempt.Endpoints{}, // net.DefaultResolver, looked up again every 30 s
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tr.Close()
+	tr, err = outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: fleet.Dial},
+		Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": testkit.Loopbacks(5)}},
+		Backoff:   retry.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	for range 20 {
+		req, _ := http.NewRequest(http.MethodGet, "http://svc.test/", nil)
+		resp, out, err := tr.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			log.Fatal(err, out)
+		}
+		resp.Body.Close()
+		for _, a := range out.Attempts[:len(out.Attempts)-1] {
+			if a.Endpoint != "127.0.0.2:80" {
+				log.Fatalf("a retried attempt went to %s", a.Endpoint)
+			}
+		}
+	}
+	fmt.Println("20 calls answered 200; the 503s all came from 127.0.0.2:80")
+	// Output: 20 calls answered 200; the 503s all came from 127.0.0.2:80
 }

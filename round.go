@@ -293,10 +293,13 @@ func (f *flight) takeOff() {
 // fly makes f's attempt and describes how it landed.
 func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
+	var ep string
 	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore, Provisional: true,
-		Elsewhere: &c.elsewhere})
+		Elsewhere: &c.elsewhere, Endpoint: &ep})
 	now := clock.Now()
-	return landing{f: f, resp: resp, err: err, a: record(resp, err, time.Duration(now-f.start)), at: now}
+	a := record(resp, err, time.Duration(now-f.start))
+	a.Endpoint = ep
+	return landing{f: f, resp: resp, err: err, a: a, at: now}
 }
 
 // newHedge makes a hedge's context (the AttemptStart hook, the attempt

@@ -411,6 +411,11 @@ type Options struct {
 	// endpoints its attempts went to: this one goes to another, when the
 	// host has one not ejected, and is added to it. Nil: any endpoint.
 	Elsewhere *Elsewhere
+
+	// Endpoint, if set, receives the address ("ip:port") of the endpoint
+	// the attempt was sent to, with Config.Endpoints and a host of several
+	// addresses; it is left as it is otherwise.
+	Endpoint *string
 }
 
 // AttemptOn is Attempt on a route found by Route, with the attempt's context

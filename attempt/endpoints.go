@@ -570,6 +570,9 @@ func (t *Attempter) connect(ctx context.Context, s *endpointSet, o Options, epoc
 		if o.Elsewhere != nil {
 			o.Elsewhere.add(ep)
 		}
+		if o.Endpoint != nil {
+			*o.Endpoint = ep.dialAddr
+		}
 		p, perr := t.endpointPool(ep)
 		if perr != nil {
 			return ep, nil, nil, 0, perr

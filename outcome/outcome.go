@@ -108,6 +108,11 @@ type Attempt struct {
 	// because another attempt of the call answered first.
 	Hedge, Lost bool
 
+	// Endpoint is the address ("ip:port") the attempt was sent to when the
+	// Transport spreads a host over its addresses (Config.Endpoints), and
+	// the host resolved to several; "" otherwise.
+	Endpoint string
+
 	// Decision is what was decided after this attempt, and Wait how long
 	// the call waited before the next one. It is 0 when no decision was
 	// made: the call ended otherwise (Outcome.End), or the attempt lost to
@@ -171,6 +176,9 @@ func (o *Outcome) String() string {
 		}
 		if a.Guard != 0 {
 			fmt.Fprintf(&b, " by the %v guard", a.Guard)
+		}
+		if a.Endpoint != "" {
+			fmt.Fprintf(&b, " from %s", a.Endpoint)
 		}
 		fmt.Fprintf(&b, " in %v -> ", a.Duration.Round(time.Microsecond))
 		switch {
