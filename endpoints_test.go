@@ -4,9 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,4 +169,51 @@ func replicaPair(t *testing.T, p outboundtest.Proto) (*outboundtest.Server, *out
 	}
 	t.Fatal("no port free on both 127.0.0.2 and 127.0.0.3 in 20 tries")
 	return nil, nil
+}
+
+// An ejection and its end are told to Hooks.EndpointEjected (beside
+// Endpoints.OnEject) and logged by SlogHooks, with the upstream and the
+// endpoint; a hook that panics stops nothing.
+func TestEndpointEjectionsAreToldToTheHooksAndLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ips := testkit.Loopbacks(3)
+		sick := netip.AddrPortFrom(ips[0], 80).String()
+		f := testkit.NewFleet(sick, netip.AddrPortFrom(ips[1], 80).String(), netip.AddrPortFrom(ips[2], 80).String())
+		f.Set(sick, 503)
+		var logs strings.Builder
+		var told, hooked []string
+		tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: f.Dial}, MaxAttempts: 1,
+			Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": ips},
+				Ejection: attempt.Ejection{ConsecutiveFailures: 1, BaseTime: time.Second, MaxShare: 0.5},
+				OnEject:  func(_, ep string, d time.Duration) { told = append(told, fmt.Sprint(ep, " ", d)) }},
+			Hooks: outbound.ComposeHooks(outbound.SlogHooks(slog.New(slog.NewTextHandler(&logs, nil))),
+				outbound.Hooks{EndpointEjected: func(up, ep string, d time.Duration) {
+					hooked = append(hooked, fmt.Sprint(up, " ", ep, " ", d))
+					panic("a hook that panics")
+				}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for f.Received(sick) == 0 {
+			getURL(t, tr, "http://svc.test/")
+		}
+		time.Sleep(2 * time.Second)
+		for range 30 {
+			getURL(t, tr, "http://svc.test/")
+		}
+		want := []string{sick + " 1s", sick + " 0s"}
+		if len(told) < 2 || fmt.Sprint(told[:2]) != fmt.Sprint(want) {
+			t.Fatalf("OnEject told %q, want %q first; hooked %q, log %s", told, want, hooked, logs.String())
+		}
+		if len(hooked) != len(told) || hooked[0] != "http://svc.test:80 "+sick+" 1s" {
+			t.Fatalf("the hook was told %q", hooked)
+		}
+		for _, line := range []string{`msg="outbound endpoint ejected" upstream=http://svc.test:80 endpoint=` + sick + ` for=1s`,
+			`msg="outbound endpoint back" upstream=http://svc.test:80 endpoint=` + sick} {
+			if !strings.Contains(logs.String(), line) {
+				t.Fatalf("the log has no %q:\n%s", line, logs.String())
+			}
+		}
+	})
 }

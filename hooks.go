@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"context"
+	"time"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/outcome"
@@ -56,6 +57,11 @@ type Hooks struct {
 	// forgotten (Config.UpstreamIdleTime, Config.MaxUpstreams), so that an
 	// observer can forget what it keeps per upstream too.
 	UpstreamForgotten func(upstream string)
+
+	// EndpointEjected is called, with Config.Endpoints, when an endpoint
+	// ("ip:port") of an upstream is ejected for d, and with d = 0 when an
+	// attempt finds its ejection over. It must not block.
+	EndpointEjected func(upstream, endpoint string, d time.Duration)
 }
 
 // CallInfo describes a call.
@@ -84,6 +90,7 @@ func ComposeHooks(hs ...Hooks) Hooks {
 		out.BudgetExhausted = chain2(out.BudgetExhausted, h.BudgetExhausted)
 		out.CallDone = chain2(out.CallDone, h.CallDone)
 		out.UpstreamForgotten = chain1(out.UpstreamForgotten, h.UpstreamForgotten)
+		out.EndpointEjected = chain3(out.EndpointEjected, h.EndpointEjected)
 		if f := h.Guard; f != nil {
 			prev := out.Guard
 			out.Guard = func(e admission.Event) {

@@ -256,6 +256,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, cfgerr.In("outbound", "Budget", err)
 	}
 	hedgeRoom(&cfg)
+	if e, hook := cfg.Endpoints, cfg.Hooks.EndpointEjected; e != nil && hook != nil {
+		ec := *e
+		ec.OnEject = chain3(e.OnEject, hook)
+		cfg.Endpoints = &ec
+	}
 	budget := cfg.Budget
 	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,

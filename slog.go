@@ -3,6 +3,7 @@ package outbound
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
@@ -58,6 +59,15 @@ func SlogHooks(l *slog.Logger) Hooks {
 				attrs = append(attrs, slog.Duration("wait", d.Wait))
 			}
 			l.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
+		},
+		EndpointEjected: func(upstream, endpoint string, d time.Duration) {
+			if d == 0 {
+				l.LogAttrs(context.Background(), slog.LevelInfo, "outbound endpoint back", slog.String("upstream", upstream),
+					slog.String("endpoint", endpoint))
+				return
+			}
+			l.LogAttrs(context.Background(), slog.LevelWarn, "outbound endpoint ejected", slog.String("upstream", upstream),
+				slog.String("endpoint", endpoint), slog.Duration("for", d))
 		},
 		BudgetExhausted: func(ctx context.Context, upstream string) {
 			l.LogAttrs(ctx, slog.LevelWarn, "outbound retry budget exhausted", slog.String("upstream", upstream))

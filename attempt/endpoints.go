@@ -186,11 +186,16 @@ type endpoint struct {
 // host has one not ejected. One Elsewhere per call; safe for the concurrent
 // attempts of a hedged round.
 type Elsewhere struct {
+	n     atomic.Int32 // len(tried): a call's first attempt takes no lock
 	mu    sync.Mutex
+	first [3]*endpoint // tried's array while it fits: no allocation
 	tried []*endpoint
 }
 
 func (e *Elsewhere) has(ep *endpoint) bool {
+	if e.n.Load() == 0 {
+		return false
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Contains(e.tried, ep)
@@ -199,7 +204,11 @@ func (e *Elsewhere) has(ep *endpoint) bool {
 func (e *Elsewhere) add(ep *endpoint) {
 	e.mu.Lock()
 	if !slices.Contains(e.tried, ep) {
+		if e.tried == nil {
+			e.tried = e.first[:0]
+		}
 		e.tried = append(e.tried, ep)
+		e.n.Store(int32(len(e.tried)))
 	}
 	e.mu.Unlock()
 }
@@ -482,9 +491,11 @@ func (ep *endpoint) failed(now int64, elapsed int64) {
 	}
 	n, out := len(*eps), 0
 	for _, o := range *eps {
-		if o != ep && o.ejected(now) {
+		o.mu.Lock()
+		if o != ep && o.until != 0 && o.until > now {
 			out++
 		}
+		o.mu.Unlock()
 	}
 	allowed := max(1, int(cfg.share*float64(n)))
 	if out+1 > allowed || out+1 >= n || !slices.Contains(*eps, ep) {
@@ -503,9 +514,11 @@ func (ep *endpoint) failed(now int64, elapsed int64) {
 	s.told(ep, time.Duration(d))
 }
 
-// told tells OnEject of an ejection of ep for d, or its end (0).
+// told tells OnEject of an ejection of ep for d, or its end (0); a panic
+// of OnEject is recovered: the attempt that ejected goes on.
 func (s *endpointSet) told(ep *endpoint, d time.Duration) {
 	if f := s.t.endpoints.onEject; f != nil {
+		defer func() { _ = recover() }()
 		f(s.up.key, ep.dialAddr, d)
 	}
 }
@@ -514,13 +527,13 @@ func (s *endpointSet) told(ep *endpoint, d time.Duration) {
 // ejected: the upstream is not forgotten to make room or with its last
 // connection then.
 func (s *endpointSet) learned() bool {
-	return s.any(func(ep *endpoint, now int64) bool { return ep.fails > 0 || ep.until > now })
+	return s.any(func(ep *endpoint, now int64) bool { return ep.fails > 0 || ep.until != 0 && ep.until > now })
 }
 
 // ejecting reports whether an endpoint of s is ejected: the upstream is
 // not forgotten then, however idle.
 func (s *endpointSet) ejecting() bool {
-	return s.any(func(ep *endpoint, now int64) bool { return ep.until > now })
+	return s.any(func(ep *endpoint, now int64) bool { return ep.until != 0 && ep.until > now })
 }
 
 // any reports whether f holds for an endpoint of s, under its lock.

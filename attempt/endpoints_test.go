@@ -384,3 +384,31 @@ func TestInvalidEndpointSettingsAreRefusedNamingTheField(t *testing.T) {
 		}
 	}
 }
+
+// Regression: "not ejected" was an ejection end of 0, compared with a
+// clock that reads below 0 in a synctest bubble, so every endpoint looked
+// ejected there: the others were counted against the share (none could be
+// ejected) and the upstream was never forgotten. An upstream with an
+// ejected endpoint is kept however idle; once the ejection is over, it is
+// forgotten after the idle time like any other.
+func TestAnUpstreamIsKeptWhileAnEndpointIsEjectedAndForgottenAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var forgot forgetting
+		f, tr, addrs := fleetOf(t, 3, attempt.Ejection{ConsecutiveFailures: 1, BaseTime: 10 * time.Minute, MaxTime: 10 * time.Minute, MaxShare: 0.5},
+			attempt.Config{UpstreamIdleTime: time.Minute, OnForget: forgot.on})
+		f.Set(addrs[0], 503)
+		for f.Received(addrs[0]) == 0 {
+			tryGet(tr, "http://svc.test/")
+		}
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if got := forgot.got(); len(got) != 0 {
+			t.Fatalf("forgotten %v while an endpoint was ejected", got)
+		}
+		time.Sleep(7 * time.Minute) // the ejection ends at 10 min, the idle time after it
+		synctest.Wait()
+		if got := forgot.got(); len(got) != 1 {
+			t.Fatalf("forgotten %v after the ejection was over and the idle time passed", got)
+		}
+	})
+}
