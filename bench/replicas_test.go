@@ -118,17 +118,19 @@ func (r *replica) say(tb testing.TB, cmd string) string {
 }
 
 // startReplicas starts replicaCount replica processes speaking proto on one
-// port of 127.0.0.2, 127.0.0.3, …
-func startReplicas(tb testing.TB, proto string, oneProcess bool) ([]*replica, string) {
+// port of 127.0.0.2, 127.0.0.3, … (one process serving every address, with
+// oneProcess);
+// stop, also called when the test ends, stops them.
+func startReplicas(tb testing.TB, proto string, oneProcess bool) (rs []*replica, port string, stop func()) {
 	tb.Helper()
 	for range 10 {
 		ln, err := net.Listen("tcp", "127.0.0.2:0")
 		if err != nil {
 			tb.Skipf("cannot listen on 127.0.0.2 (%v): this machine's loopback has one address", err)
 		}
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 		ln.Close()
-		var rs []*replica
+		rs = nil
 		ok := true
 		var groups []string
 		for _, ip := range testkit.Loopbacks(replicaCount) {
@@ -155,21 +157,25 @@ func startReplicas(tb testing.TB, proto string, oneProcess bool) ([]*replica, st
 				break
 			}
 		}
-		stop := func() {
-			for _, r := range rs {
-				r.in.Close()
-				r.cmd.Process.Kill()
-				r.cmd.Wait()
-			}
+		procs := rs
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				for _, r := range procs {
+					r.in.Close()
+					r.cmd.Process.Kill()
+					r.cmd.Wait()
+				}
+			})
 		}
 		if ok {
 			tb.Cleanup(stop)
-			return rs, port
+			return rs, port, stop
 		}
 		stop() // the port was taken on one of the addresses
 	}
 	tb.Fatal("no port free on every replica address in 10 tries")
-	return nil, ""
+	return nil, "", nil
 }
 
 // replicaClient is one side of TestReplicas.
@@ -370,7 +376,7 @@ func TestReplicas(t *testing.T) {
 	fmt.Fprintf(&out, "%-6s %-7s %-12s %7s %8s %8s %9s %8s %8s %8s %8s %4s %s\n", "PROTO", "FAULT", "CLIENT", "CALLS", "SUCCESS", "FAIL-GET", "FAIL-POST",
 		"DUP-POST", "P50", "P99", "CPU/CALL", "BRK", "FIRST-REPLICA")
 	for _, proto := range strings.Split(*replicasProto, ",") {
-		rs, port := startReplicas(t, proto, false)
+		rs, port, stop := startReplicas(t, proto, false)
 		for _, fault := range []string{"stall", "503", "reset", "none"} {
 			for _, c := range replicaClients(t, proto, port) {
 				for _, r := range rs {
@@ -402,10 +408,11 @@ func TestReplicas(t *testing.T) {
 				}
 			}
 		}
+		stop()
 	}
 	fmt.Fprintf(&out, "\nAll healthy, paired (one process serves the five addresses: only the client differs), outbound with Endpoints / outbound by name, %d rounds of %v each:\n", pairRounds, pairRound)
 	for _, proto := range strings.Split(*replicasProto, ",") {
-		rs, port := startReplicas(t, proto, true)
+		rs, port, stop := startReplicas(t, proto, true)
 		cs := replicaClients(t, proto, port)
 		byName, spread := cs[2], cs[3]
 		var rps, cpu []float64
@@ -427,6 +434,7 @@ func TestReplicas(t *testing.T) {
 		slices.Sort(cpu)
 		fmt.Fprintf(&out, "%-6s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto,
 			rps[len(rps)/2], rps[0], rps[len(rps)-1], cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1])
+		stop()
 	}
 	t.Log("\n" + out.String())
 }

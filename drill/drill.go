@@ -268,6 +268,7 @@ type req struct {
 	header  []string
 	timeout time.Duration
 	client  *outbound.Transport // nil: the scenario's client
+	url     string              // nil: the fault upstream's
 }
 
 // result is what a call came to.
@@ -295,7 +296,7 @@ func (e *env) call(r req) result {
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 	}
-	hr, err := http.NewRequestWithContext(ctx, r.method, e.srv.URL+"/"+r.id, body)
+	hr, err := http.NewRequestWithContext(ctx, r.method, cmp.Or(r.url, e.srv.URL)+"/"+r.id, body)
 	if err != nil {
 		panic(err)
 	}
@@ -329,7 +330,7 @@ func (e *env) record(since time.Duration, out *outcome.Outcome) {
 	e.res.Retries += max(len(out.Attempts)-1, 0)
 	at := since // summed as a duration, rounded once: no float drift
 	for _, a := range out.Attempts {
-		ev := Mark{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status,
+		ev := Mark{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status, Endpoint: a.Endpoint,
 			Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous}
 		if a.Guard != 0 {
 			ev.Guard = a.Guard.String()

@@ -398,6 +398,9 @@ func markTitle(e Mark) string {
 	if e.Failure {
 		b.WriteString(" (failure)")
 	}
+	if e.Endpoint != "" {
+		b.WriteString(" from " + e.Endpoint)
+	}
 	fmt.Fprintf(&b, " · call %d · at %s for %s", e.Call, humanMs(e.AtMs), humanMs(e.Millis))
 	return b.String()
 }

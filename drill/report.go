@@ -60,4 +60,5 @@ type Mark struct {
 	Status   int     `json:"status,omitempty"`
 	Guard    string  `json:"guard,omitempty"` // for LocalRejection
 	Failure  bool    `json:"failure"`         // an upstream failure for the breaker (e.g. a 503)
+	Endpoint string  `json:"endpoint,omitempty"` // where it went, with Config.Endpoints
 }

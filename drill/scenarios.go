@@ -1,10 +1,14 @@
 package drill
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
@@ -69,6 +74,10 @@ func Scenarios() []Scenario {
 			Title:  "32 callers against an upstream that serves 8 at a time, 20 ms each, and queues the rest",
 			Expect: "The adaptive concurrency limit comes down to about the upstream's capacity, so answers wait little in its queue; the calls it refuses are local rejections, not sent, and the breaker records none of them.",
 			run:    overload},
+		Scenario{Name: "one-bad-replica-of-three", Proto: outboundtest.HTTP1,
+			Title:  "Three replicas behind one name (127.0.0.2–4), the first answering 503 until it heals",
+			Expect: "With Config.Endpoints, the bad replica is ejected after five failures in a row; every call succeeds (a retry goes to another replica), the upstream's breaker stays CLOSED, and once it has healed and its ejection is over the replica gets calls again.",
+			run:    badReplica},
 		Scenario{Name: "dead-upstream-burst", Proto: outboundtest.HTTP1,
 			Title:  "A burst of 60 calls against an upstream that fails everything",
 			Expect: "The retry budget (or the breaker) stops the retry storm: a handful of retries in all, not two or three per call.",
@@ -460,4 +469,79 @@ func fleetShared(e *env) {
 		}
 	}
 	e.checkInt("failures the breakers recorded", failed, eq(0), "0 (a refusal of the fleet's limit is not an upstream failure)")
+}
+
+// badReplica runs three replicas of the upstream on one port of
+// 127.0.0.2–4, resolved from one name, the first answering 503 until it
+// heals; the client spreads over them (Config.Endpoints, kept whatever
+// configuration the drill was given: the scenario is about it).
+func badReplica(e *env) {
+	var reps []*outboundtest.Server
+	defer func() {
+		for _, s := range reps {
+			s.Close()
+		}
+	}()
+	for try := 0; try < 10 && len(reps) < 3; try++ {
+		for _, s := range reps {
+			s.Close()
+		}
+		reps = reps[:0]
+		for i := range 3 {
+			addr := "127.0.0.2:0"
+			if i > 0 {
+				addr = fmt.Sprintf("127.0.0.%d:%s", 2+i, reps[0].URL[strings.LastIndex(reps[0].URL, ":")+1:])
+			}
+			s, err := outboundtest.NewServerAt(outboundtest.HTTP1, addr)
+			if err != nil {
+				break
+			}
+			reps = append(reps, s)
+		}
+	}
+	if len(reps) < 3 {
+		e.check("three replicas listen on 127.0.0.2–4", "listening", "this machine's loopback does not have those addresses", false)
+		return
+	}
+	port := reps[0].URL[strings.LastIndex(reps[0].URL, ":")+1:]
+	names := replicaNames{"replicas.drill": {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")}}
+	own := outbound.Config{}
+	if e.user != nil {
+		own = *e.user
+	}
+	own.Endpoints = &attempt.Endpoints{Resolver: names, Ejection: attempt.Ejection{BaseTime: time.Second, MaxShare: 0.34}}
+	c, cfg := e.buildFrom(own)
+	defer c.Close()
+	e.client, e.cfg = c, cfg
+	url := "http://replicas.drill:" + port
+	bad := reps[0]
+	bad.SetDefault(outboundtest.Respond(503))
+	failed := 0
+	for i := range 60 {
+		if r := e.call(req{method: "GET", id: fmt.Sprintf("sick-%d", i), url: url}); r.status != 200 {
+			failed++
+		}
+	}
+	e.checkInt("calls that failed while one replica of three answered 503", failed, eq(0), "0")
+	e.checkInt("attempts the bad replica got before its ejection", bad.TotalReceived(), func(n int) bool { return n >= 5 && n <= 6 }, "5 (its failures in a row), or 6")
+	m, ok := e.client.Breakers()[url]
+	e.check("the upstream's breaker, after 60 calls", "CLOSED, with the bad replica's failures in its window",
+		fmt.Sprintf("%v, %d failed", m.State, m.Failed), ok && m.State == circuit.Closed && m.Failed > 0)
+	bad.SetDefault(outboundtest.Respond(200))
+	time.Sleep(1100 * time.Millisecond) // its ejection (1 s here) ends
+	before := bad.TotalReceived()
+	for i := range 60 {
+		e.call(req{method: "GET", id: fmt.Sprintf("healed-%d", i), url: url})
+	}
+	e.checkInt("of 60 calls after it healed, those the replica got", bad.TotalReceived()-before, func(n int) bool { return n > 0 }, "some")
+}
+
+// replicaNames maps host names to addresses (attempt.Resolver).
+type replicaNames map[string][]netip.Addr
+
+func (m replicaNames) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := m[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
