@@ -58,7 +58,7 @@ type Mark struct {
 	Call     int     `json:"call"`     // which call (1-based) it belongs to
 	Category string  `json:"category"` // "Answered", "NotSent", "Ambiguous", "LocalRejection"
 	Status   int     `json:"status,omitempty"`
-	Guard    string  `json:"guard,omitempty"` // for LocalRejection
-	Failure  bool    `json:"failure"`         // an upstream failure for the breaker (e.g. a 503)
+	Guard    string  `json:"guard,omitempty"`    // for LocalRejection
+	Failure  bool    `json:"failure"`            // an upstream failure for the breaker (e.g. a 503)
 	Endpoint string  `json:"endpoint,omitempty"` // where it went, with Config.Endpoints
 }
