@@ -1,7 +1,6 @@
 package outbound_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
 	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 )
 
 // answeringDial dials an in-memory HTTP/1.1 upstream, so that a test runs
@@ -27,29 +27,14 @@ import (
 // bubble's time) with the status line answer gives for the address dialed,
 // and closes the connection after the answer when closing is set.
 func answeringDial(delay time.Duration, closing bool, answer func(addr string) string) func(context.Context, string, string) (net.Conn, error) {
-	return func(_ context.Context, _, addr string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go func() {
-			defer server.Close()
-			r := bufio.NewReader(server)
-			for {
-				req, err := http.ReadRequest(r)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				time.Sleep(delay) // the upstream's work
-				head := "HTTP/1.1 " + answer(addr) + "\r\nContent-Length: 2\r\n"
-				if closing {
-					head += "Connection: close\r\n"
-				}
-				if _, err := io.WriteString(server, head+"\r\nok"); err != nil || closing {
-					return
-				}
-			}
-		}()
-		return client, nil
-	}
+	return testkit.PipeDial(func(addr string) string {
+		time.Sleep(delay) // the upstream's work
+		head := "HTTP/1.1 " + answer(addr) + "\r\nContent-Length: 2\r\n"
+		if closing {
+			head += "Connection: close\r\n"
+		}
+		return head + "\r\nok"
+	})
 }
 
 // pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok" for any

@@ -1,7 +1,6 @@
 package outbound_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/outcome"
 )
 
@@ -27,25 +27,10 @@ import (
 // requests they read.
 func answering(answer func() string) (func(context.Context, string, string) (net.Conn, error), *atomic.Int64) {
 	var n atomic.Int64
-	return func(context.Context, string, string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go func() {
-			defer server.Close()
-			r := bufio.NewReader(server)
-			for {
-				req, err := http.ReadRequest(r)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				n.Add(1)
-				if _, err := io.WriteString(server, answer()); err != nil {
-					return
-				}
-			}
-		}()
-		return client, nil
-	}, &n
+	return testkit.PipeDial(func(string) string {
+		n.Add(1)
+		return answer()
+	}), &n
 }
 
 func get(t *testing.T, tr *outbound.Transport) (*http.Response, error) {

@@ -1,12 +1,10 @@
 package attempt_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -296,15 +294,8 @@ func TestAnAttemptTriesEachEndpointOnceBeforeItFailsToConnect(t *testing.T) {
 // the user's DialContext is given the host's name.
 func TestOneAddressIsDialedByNameAsWithoutEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		var dialed []string
-		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-			mu.Lock()
-			dialed = append(dialed, addr)
-			mu.Unlock()
-			return pipeServer(200), nil
-		}
-		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: dial},
+		f := testkit.NewFleet("one.test:80", "unknown.test:80", "127.0.0.9:80")
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
 			Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"one.test": testkit.Loopbacks(1)}}})
 		if err != nil {
 			t.Fatal(err)
@@ -315,30 +306,10 @@ func TestOneAddressIsDialedByNameAsWithoutEndpoints(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if want := "one.test:80 unknown.test:80 127.0.0.9:80"; strings.Join(dialed, " ") != want {
-			t.Fatalf("dialed %q, want %q", dialed, want)
+		if want := "one.test:80 unknown.test:80 127.0.0.9:80"; strings.Join(f.Dialed(), " ") != want {
+			t.Fatalf("dialed %q, want %q", f.Dialed(), want)
 		}
 	})
-}
-
-// pipeServer is an in-memory HTTP/1.1 connection that answers status.
-func pipeServer(status int) net.Conn {
-	client, server := net.Pipe()
-	go func() {
-		defer server.Close()
-		r := bufio.NewReader(server)
-		for {
-			req, err := http.ReadRequest(r)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if _, err := fmt.Fprintf(server, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\n\r\n", status, http.StatusText(status)); err != nil {
-				return
-			}
-		}
-	}()
-	return client
 }
 
 // A stalling endpoint is avoided: the power of two choices by peak-EWMA

@@ -1,7 +1,6 @@
 package attempt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -14,28 +13,13 @@ import (
 	"testing/synctest"
 	"time"
 	"weak"
+
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 )
 
 // pipeDial dials an in-memory HTTP/1.1 upstream that answers "ok", so that
 // the test runs in a synctest bubble.
-func pipeDial(context.Context, string, string) (net.Conn, error) {
-	client, server := net.Pipe()
-	go func() {
-		defer server.Close()
-		r := bufio.NewReader(server)
-		for {
-			req, err := http.ReadRequest(r)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if _, err := io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-				return
-			}
-		}
-	}()
-	return client, nil
-}
+var pipeDial = testkit.PipeDial(func(string) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" })
 
 // A connection closed by CloseIdleConnections or by the idle timeout is
 // released at once: nothing of the Transport keeps it reachable (a pool once

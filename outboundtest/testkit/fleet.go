@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -114,20 +115,7 @@ func (f *Fleet) Dial(_ context.Context, _, addr string) (net.Conn, error) {
 	if !known || st == 0 {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	}
-	client, server := net.Pipe()
-	go f.serve(server, addr)
-	return client, nil
-}
-
-func (f *Fleet) serve(server net.Conn, addr string) {
-	defer server.Close()
-	r := bufio.NewReader(server)
-	for {
-		req, err := http.ReadRequest(r)
-		if err != nil {
-			return
-		}
-		_, _ = io.Copy(io.Discard, req.Body)
+	return servePipe(addr, func(addr string, req *http.Request) string {
 		f.mu.Lock()
 		f.received[addr]++
 		f.hosts[req.Host] = true
@@ -135,10 +123,44 @@ func (f *Fleet) serve(server net.Conn, addr string) {
 		f.mu.Unlock()
 		time.Sleep(d)
 		if st == 0 {
-			return
+			return ""
 		}
-		if _, err := fmt.Fprintf(server, "HTTP/1.1 %d %s\r\nContent-Length: 2\r\n\r\nok", st, http.StatusText(st)); err != nil {
-			return
-		}
+		return fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Length: 2\r\n\r\nok", st, http.StatusText(st))
+	}), nil
+}
+
+// PipeDial returns a DialContext of in-memory HTTP/1.1 upstreams, for tests
+// in a synctest bubble: each connection reads requests and writes, for
+// each, the raw response answer gives for the address dialed (answer may
+// sleep: the upstream's work). It closes the connection after an answer
+// that says "Connection: close", or an empty one.
+func PipeDial(answer func(addr string) string) func(context.Context, string, string) (net.Conn, error) {
+	return func(_ context.Context, _, addr string) (net.Conn, error) {
+		return servePipe(addr, func(addr string, _ *http.Request) string { return answer(addr) }), nil
 	}
+}
+
+// servePipe returns the client's end of an in-memory connection whose other
+// end answers each request with answer's raw response.
+func servePipe(addr string, answer func(addr string, req *http.Request) string) net.Conn {
+	client, server := net.Pipe()
+	go func() {
+		defer server.Close()
+		r := bufio.NewReader(server)
+		for {
+			req, err := http.ReadRequest(r)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			resp := answer(addr, req)
+			if resp == "" {
+				return
+			}
+			if _, err := io.WriteString(server, resp); err != nil || strings.Contains(resp, "\r\nConnection: close\r\n") {
+				return
+			}
+		}
+	}()
+	return client
 }
