@@ -64,9 +64,10 @@ type Endpoints struct {
 }
 
 // Ejection says when an endpoint is kept out of the picks, from what its
-// own attempts showed: a connection that could not be made, an attempt lost
-// on the wire, or an answer the breaker counts as a failure (a 5xx by
-// default), ConsecutiveFailures times in a row. Local rejections, the
+// own attempts showed — a connection that could not be made, an attempt
+// lost on the wire, or an answer the breaker counts as a failure (a 5xx by
+// default) — ConsecutiveFailures times in a row, or in FailureRate of a
+// window of its outcomes. Local rejections, the
 // caller's cancellations and the client's own faults are not the
 // endpoint's and count for nothing. An endpoint is ejected for BaseTime
 // times the number of its recent ejections, at most MaxTime; never more
@@ -85,6 +86,14 @@ type Ejection struct {
 	// MaxShare is the largest share of a host's endpoints ejected at once;
 	// zero means 0.1. At least one may be, out of two or more.
 	MaxShare float64
+	// FailureRate ejects an endpoint when at least this share of a window
+	// of Window of its outcomes failed, whether in a row or not: an
+	// endpoint that fails every other attempt rarely fails five in a row.
+	// Zero means 0.5; negative turns it off.
+	FailureRate float64
+	// Window is the number of an endpoint's outcomes FailureRate is
+	// judged on, in windows one after the other; zero means 20.
+	Window int
 }
 
 // Resolver looks a host's addresses up; *net.Resolver is one.
@@ -107,7 +116,9 @@ type endpointsConfig struct {
 	resolver     Resolver
 	refresh      int64
 	maxEndpoints int
-	failures     int // 0: no ejection
+	failures     int     // 0: no ejection by failures in a row
+	rate         float64 // 0: no ejection by the failure rate
+	window       int
 	base, cap    int64
 	share        float64
 	onEject      func(key, endpoint string, d time.Duration)
@@ -129,11 +140,15 @@ func newEndpointsConfig(e *Endpoints) (*endpointsConfig, error) {
 		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxTime", "must be >= 0, got %v", x.MaxTime)
 	case !(x.MaxShare >= 0 && x.MaxShare <= 1):
 		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxShare", "must be in [0, 1], got %v", x.MaxShare)
+	case !(x.FailureRate <= 1) || x.FailureRate != x.FailureRate:
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.FailureRate", "must be at most 1 (negative: off), got %v", x.FailureRate)
+	case x.Window < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.Window", "must be >= 0, got %d", x.Window)
 	}
 	c := &endpointsConfig{resolver: e.Resolver, refresh: int64(cmp.Or(e.Refresh, defaultRefresh)),
 		maxEndpoints: cmp.Or(e.MaxEndpoints, defaultMaxEndpoints), failures: cmp.Or(x.ConsecutiveFailures, 5),
 		base: int64(cmp.Or(x.BaseTime, 30*time.Second)), cap: int64(cmp.Or(x.MaxTime, 300*time.Second)),
-		share: cmp.Or(x.MaxShare, 0.1), onEject: e.OnEject}
+		share: cmp.Or(x.MaxShare, 0.1), onEject: e.OnEject, rate: max(cmp.Or(x.FailureRate, 0.5), 0), window: cmp.Or(x.Window, 20)}
 	if c.cap < c.base {
 		return nil, cfgerr.New("attempt", "Endpoints.Ejection.MaxTime", "must be >= BaseTime (%v), got %v", time.Duration(c.base), time.Duration(c.cap))
 	}
@@ -172,13 +187,15 @@ type endpoint struct {
 
 	inflight atomic.Int32 // attempts between the pick and their answer
 
-	mu        sync.Mutex
-	ewma      float64 // peak-EWMA latency, ns; 0 before the first sample
-	stamp     int64   // clock.Now of the last sample
-	fails     int     // failures in a row
-	until     int64   // clock.Now at which its ejection ends; 0 if not ejected
-	ejections int     // recent ejections
-	lastEnd   int64   // when its last ejection ended
+	mu          sync.Mutex
+	ewma        float64 // peak-EWMA latency, ns; 0 before the first sample
+	stamp       int64   // clock.Now of the last sample
+	fails       int     // failures in a row
+	window      int     // outcomes in the window in progress (Ejection.Window)
+	windowFails int     // and the failures among them
+	until       int64   // clock.Now at which its ejection ends; 0 if not ejected
+	ejections   int     // recent ejections
+	lastEnd     int64   // when its last ejection ended
 }
 
 // Elsewhere is what a call's attempts have been sent to: each attempt made
@@ -447,13 +464,8 @@ func (ep *endpoint) answered(elapsed int64, failed bool) {
 	now := clock.Now()
 	ep.mu.Lock()
 	ep.sampleLocked(now, float64(elapsed))
-	if !failed {
-		ep.fails = 0
-		ep.mu.Unlock()
-		return
-	}
 	ep.mu.Unlock()
-	ep.failed(now, -1)
+	ep.record(now, failed)
 }
 
 // slow records that an attempt on ep was still waiting after elapsed ns
@@ -467,18 +479,39 @@ func (ep *endpoint) slow(elapsed int64) {
 	ep.mu.Unlock()
 }
 
-// failed records a failure of ep's own (a connection not made, an attempt
-// lost, a failed answer); elapsed, if not negative, is how long the attempt
-// waited for it (a latency it took at least). It ejects ep after
-// ConsecutiveFailures in a row, within the share allowed.
+// failed records a failure of ep's own without an answer (a connection not
+// made, an attempt lost); elapsed, if not negative, is how long the attempt
+// waited for it (a latency it took at least).
 func (ep *endpoint) failed(now int64, elapsed int64) {
+	if elapsed >= 0 {
+		ep.mu.Lock()
+		if float64(elapsed) > ep.ewma {
+			ep.sampleLocked(now, float64(elapsed))
+		}
+		ep.mu.Unlock()
+	}
+	ep.record(now, true)
+}
+
+// record counts an outcome of ep's own, a failure or not, and ejects ep,
+// within the share allowed, after ConsecutiveFailures failures in a row or
+// when FailureRate of a window of its outcomes failed.
+func (ep *endpoint) record(now int64, failed bool) {
 	s, cfg := ep.set, ep.set.t.endpoints
 	ep.mu.Lock()
-	if elapsed >= 0 && float64(elapsed) > ep.ewma {
-		ep.sampleLocked(now, float64(elapsed))
+	ep.window++
+	if failed {
+		ep.fails++
+		ep.windowFails++
+	} else {
+		ep.fails = 0
 	}
-	ep.fails++
-	due := cfg.failures > 0 && ep.fails >= cfg.failures && ep.until == 0 && ep.dialAddr != ""
+	due := cfg.failures > 0 && ep.fails >= cfg.failures
+	if ep.window >= cfg.window {
+		due = due || cfg.rate > 0 && float64(ep.windowFails) >= cfg.rate*float64(ep.window)
+		ep.window, ep.windowFails = 0, 0
+	}
+	due = due && ep.until == 0 && ep.dialAddr != ""
 	ep.mu.Unlock()
 	if !due {
 		return
@@ -508,7 +541,7 @@ func (ep *endpoint) failed(now int64, elapsed int64) {
 	}
 	ep.ejections++
 	d := min(cfg.base*int64(ep.ejections), cfg.cap)
-	ep.until, ep.fails = now+d, 0
+	ep.until, ep.fails, ep.window, ep.windowFails = now+d, 0, 0, 0
 	ep.mu.Unlock()
 	s.mu.Unlock()
 	s.told(ep, time.Duration(d))
@@ -523,11 +556,13 @@ func (s *endpointSet) told(ep *endpoint, d time.Duration) {
 	}
 }
 
-// learned reports whether an endpoint of s has failures in a row or is
-// ejected: the upstream is not forgotten to make room or with its last
+// learned reports whether an endpoint of s has failures in a row or in
+// its window, or is ejected: the upstream is not forgotten to make room or with its last
 // connection then.
 func (s *endpointSet) learned() bool {
-	return s.any(func(ep *endpoint, now int64) bool { return ep.fails > 0 || ep.until != 0 && ep.until > now })
+	return s.any(func(ep *endpoint, now int64) bool {
+		return ep.fails > 0 || ep.windowFails > 0 || ep.until != 0 && ep.until > now
+	})
 }
 
 // ejecting reports whether an endpoint of s is ejected: the upstream is

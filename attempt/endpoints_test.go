@@ -346,6 +346,8 @@ func TestInvalidEndpointSettingsAreRefusedNamingTheField(t *testing.T) {
 		{attempt.Endpoints{Refresh: -1}, "Endpoints.Refresh"},
 		{attempt.Endpoints{MaxEndpoints: -1}, "Endpoints.MaxEndpoints"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{MaxShare: 1.5}}, "Endpoints.Ejection.MaxShare"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{FailureRate: 1.5}}, "Endpoints.Ejection.FailureRate"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{Window: -1}}, "Endpoints.Ejection.Window"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: -1}}, "Endpoints.Ejection.BaseTime"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: time.Minute, MaxTime: time.Second}}, "Endpoints.Ejection.MaxTime"},
 	} {
@@ -382,4 +384,36 @@ func TestAnUpstreamIsKeptWhileAnEndpointIsEjectedAndForgottenAfter(t *testing.T)
 			t.Fatalf("forgotten %v after the ejection was over and the idle time passed", got)
 		}
 	})
+}
+
+// An endpoint that fails every other attempt never fails five in a row,
+// but half of a window of its outcomes: it is ejected by its failure rate
+// after one window. Below the rate, it is not.
+func TestAnEndpointFailingHalfItsAttemptsIsEjectedByItsFailureRate(t *testing.T) {
+	for _, tc := range []struct {
+		cycle   []int
+		ejected bool
+	}{{[]int{503, 200}, true}, {[]int{503, 200, 200}, false}} {
+		t.Run(fmt.Sprint(tc.cycle), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var ejections atomic.Int64
+				f, tr, addrs := fleetOf(t, 3, attempt.Ejection{Window: 10, MaxShare: 0.5},
+					attempt.Config{Endpoints: &attempt.Endpoints{OnEject: func(_, _ string, d time.Duration) {
+						if d > 0 {
+							ejections.Add(1)
+						}
+					}}})
+				f.Cycle(addrs[0], tc.cycle...)
+				for f.Received(addrs[0]) < 30 && ejections.Load() == 0 {
+					tryGet(tr, "http://svc.test/")
+				}
+				if got := ejections.Load() == 1; got != tc.ejected {
+					t.Fatalf("answering %v in turn: ejected %v after %d attempts", tc.cycle, got, f.Received(addrs[0]))
+				}
+				if tc.ejected && f.Received(addrs[0]) != 10 {
+					t.Fatalf("ejected after %d attempts, want one window of 10", f.Received(addrs[0]))
+				}
+			})
+		})
+	}
 }

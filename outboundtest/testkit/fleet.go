@@ -44,6 +44,7 @@ func Loopbacks(n int) []netip.Addr {
 type Fleet struct {
 	mu       sync.Mutex
 	status   map[string]int
+	cycle    map[string][]int // statuses answered in turn, by address
 	delay    map[string]time.Duration
 	received map[string]int
 	hosts    map[string]bool
@@ -52,7 +53,7 @@ type Fleet struct {
 
 // NewFleet returns a fleet of replicas at addrs ("ip:port"), answering 200.
 func NewFleet(addrs ...string) *Fleet {
-	f := &Fleet{status: map[string]int{}, delay: map[string]time.Duration{}, received: map[string]int{}, hosts: map[string]bool{}}
+	f := &Fleet{status: map[string]int{}, cycle: map[string][]int{}, delay: map[string]time.Duration{}, received: map[string]int{}, hosts: map[string]bool{}}
 	for _, a := range addrs {
 		f.status[a] = 200
 	}
@@ -63,6 +64,14 @@ func NewFleet(addrs ...string) *Fleet {
 func (f *Fleet) Set(addr string, status int) {
 	f.mu.Lock()
 	f.status[addr] = status
+	f.mu.Unlock()
+}
+
+// Cycle makes the replica at addr answer statuses in turn, again and again.
+func (f *Fleet) Cycle(addr string, statuses ...int) {
+	f.mu.Lock()
+	f.status[addr] = statuses[0]
+	f.cycle[addr] = statuses
 	f.mu.Unlock()
 }
 
@@ -120,6 +129,9 @@ func (f *Fleet) Dial(_ context.Context, _, addr string) (net.Conn, error) {
 		f.received[addr]++
 		f.hosts[req.Host] = true
 		st, d := f.status[addr], f.delay[addr]
+		if c := f.cycle[addr]; len(c) > 0 {
+			st = c[(f.received[addr]-1)%len(c)]
+		}
 		f.mu.Unlock()
 		time.Sleep(d)
 		if st == 0 {
