@@ -497,8 +497,10 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		up.held.Add(-1)
 		return nil, ce
 	}
+	var connected int64 // when the connection was ready: an endpoint's latency leaves its dial out
 	if ep != nil {
 		defer ep.inflight.Add(-1) // until its answer, or its failure
+		connected = clock.Now()
 	}
 
 	var wrote *wroteFlag
@@ -571,7 +573,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	elapsed := time.Duration(clock.Now() - start)
 	failed := t.isFailure(resp)
 	if ep != nil {
-		ep.answered(int64(elapsed), failed)
+		ep.answered(clock.Now()-connected, failed)
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
 		if !o.Provisional || !failed {

@@ -104,9 +104,13 @@ type Resolver interface {
 const (
 	defaultRefresh      = 30 * time.Second
 	defaultMaxEndpoints = 32
-	// ewmaDecay is the time constant of the latency estimate's decay
-	// (Finagle's peak-EWMA default).
-	ewmaDecay = 10 * time.Second
+	// ewmaDecay is the time constant of the latency estimate's decay.
+	// Finagle's 10 s kept an endpoint whose estimate one pause had raised
+	// out of the picks for tens of seconds (the drill's
+	// one-bad-replica-of-three: a replica never picked in 600 calls); at
+	// 1 s a spike of 10× fades in about 2 s, while a stall of 1 s among
+	// answers of 1 ms still keeps its endpoint out for about 7 s.
+	ewmaDecay = time.Second
 	// resolveTimeout bounds a lookup made in the background.
 	resolveTimeout = 10 * time.Second
 )
@@ -174,8 +178,9 @@ type endpointSet struct {
 	eps atomic.Pointer[[]*endpoint] // nil until the first lookup ended
 
 	mu         sync.Mutex    // the lookups and ejections
-	resolving  chan struct{} // closed when the lookup in progress ends; nil if none
-	resolvedAt int64         // clock.Now of the last lookup's end
+	resolving  chan struct{} // closed when the first lookup ends; nil if none is in progress
+	refreshing atomic.Bool   // a lookup runs in the background
+	resolvedAt atomic.Int64  // clock.Now of the last lookup's end
 }
 
 // endpoint is one address of a host: its pool of connections, and what its
@@ -187,15 +192,18 @@ type endpoint struct {
 
 	inflight atomic.Int32 // attempts between the pick and their answer
 
+	// Read without the lock by every pick (most attempts share the
+	// endpoints), written under mu.
+	ewma  atomic.Uint64 // peak-EWMA latency, ns, as float64 bits; 0 before the first sample
+	stamp atomic.Int64  // clock.Now of the last sample; 0 before the first
+	until atomic.Int64  // clock.Now at which its ejection ends; 0 if not ejected
+
 	mu          sync.Mutex
-	ewma        float64 // peak-EWMA latency, ns; 0 before the first sample
-	stamp       int64   // clock.Now of the last sample
-	fails       int     // failures in a row
-	window      int     // outcomes in the window in progress (Ejection.Window)
-	windowFails int     // and the failures among them
-	until       int64   // clock.Now at which its ejection ends; 0 if not ejected
-	ejections   int     // recent ejections
-	lastEnd     int64   // when its last ejection ended
+	fails       int   // failures in a row
+	window      int   // outcomes in the window in progress (Ejection.Window)
+	windowFails int   // and the failures among them
+	ejections   int   // recent ejections
+	lastEnd     int64 // when its last ejection ended
 }
 
 // Elsewhere is what a call's attempts have been sent to: each attempt made
@@ -250,29 +258,30 @@ func (t *Attempter) setLocked(u *upstream, scheme, addr string) *endpointSet {
 // is older than Refresh.
 func (s *endpointSet) endpoints(ctx context.Context) []*endpoint {
 	if eps := s.eps.Load(); eps != nil {
-		s.mu.Lock()
-		stale := s.resolving == nil && clock.Now()-s.resolvedAt >= s.t.endpoints.refresh
-		if stale {
-			s.resolving = make(chan struct{})
-		}
-		s.mu.Unlock()
-		if stale {
+		if clock.Now()-s.resolvedAt.Load() >= s.t.endpoints.refresh && s.refreshing.CompareAndSwap(false, true) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 				defer cancel()
 				s.resolve(ctx)
+				s.refreshing.Store(false)
 			}()
 		}
 		return *eps
 	}
 	s.mu.Lock()
 	wait := s.resolving
-	if wait == nil {
+	if wait == nil && s.eps.Load() == nil {
 		s.resolving = make(chan struct{})
 	}
 	s.mu.Unlock()
 	if wait == nil {
-		s.resolve(ctx)
+		if s.eps.Load() == nil {
+			s.resolve(ctx)
+			s.mu.Lock()
+			close(s.resolving)
+			s.resolving = nil
+			s.mu.Unlock()
+		}
 	} else {
 		select {
 		case <-wait:
@@ -292,7 +301,7 @@ func (s *endpointSet) byName() []*endpoint {
 
 // resolve looks the host up and installs what it found, keeping the
 // endpoints (their connections and statistics) of the addresses found
-// again; s.resolving must have been made by the caller, and is closed.
+// again.
 func (s *endpointSet) resolve(ctx context.Context) {
 	var found []string
 	if _, err := netip.ParseAddr(s.host); err != nil { // an IP address is its own one endpoint
@@ -333,9 +342,7 @@ func (s *endpointSet) resolve(ctx context.Context) {
 		}
 	}
 	s.eps.Store(&eps)
-	s.resolvedAt = clock.Now()
-	close(s.resolving)
-	s.resolving = nil
+	s.resolvedAt.Store(clock.Now())
 }
 
 // pick returns the endpoint for an attempt: among those not ejected (all
@@ -390,12 +397,10 @@ func (s *endpointSet) pick(ctx context.Context, e *Elsewhere, skip []*endpoint) 
 func (s *endpointSet) meanLatency(eps []*endpoint, now int64) float64 {
 	sum, n := 0.0, 0
 	for _, ep := range eps {
-		ep.mu.Lock()
-		if ep.stamp != 0 {
-			sum += ep.decayedLocked(now)
+		if ep.sampled() {
+			sum += ep.decayed(now)
 			n++
 		}
-		ep.mu.Unlock()
 	}
 	if n == 0 {
 		return 1
@@ -404,58 +409,57 @@ func (s *endpointSet) meanLatency(eps []*endpoint, now int64) float64 {
 }
 
 // sampled reports whether ep has a latency estimate.
-func (ep *endpoint) sampled() bool {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	return ep.stamp != 0
-}
+func (ep *endpoint) sampled() bool { return ep.stamp.Load() != 0 }
+
+// estimate is the latency estimate as of its last sample.
+func (ep *endpoint) estimate() float64 { return math.Float64frombits(ep.ewma.Load()) }
 
 // load is the endpoint's cost: its latency estimate, decayed to now, times
 // the attempts in flight on it plus one.
 func (ep *endpoint) load(now int64, def float64) float64 {
-	ep.mu.Lock()
 	l := def
-	if ep.stamp != 0 {
-		l = ep.decayedLocked(now)
+	if ep.sampled() {
+		l = ep.decayed(now)
 	}
-	ep.mu.Unlock()
 	return max(l, 1) * float64(ep.inflight.Load()+1)
 }
 
-// decayedLocked is the estimate decayed from its last sample to now; ep.mu
-// must be held.
-func (ep *endpoint) decayedLocked(now int64) float64 {
-	return ep.ewma * math.Exp(-float64(now-ep.stamp)/float64(ewmaDecay))
+// decayed is the estimate decayed from its last sample to now.
+func (ep *endpoint) decayed(now int64) float64 {
+	return ep.estimate() * math.Exp(-float64(now-ep.stamp.Load())/float64(ewmaDecay))
 }
 
 // ejected reports whether ep is ejected at now, telling OnEject once when
 // its ejection has ended.
 func (ep *endpoint) ejected(now int64) bool {
-	ep.mu.Lock()
-	if ep.until == 0 {
-		ep.mu.Unlock()
+	u := ep.until.Load()
+	switch {
+	case u == 0:
 		return false
-	}
-	if now < ep.until {
-		ep.mu.Unlock()
+	case now < u:
 		return true
+	case !ep.until.CompareAndSwap(u, 0):
+		return ep.ejected(now) // ejected again meanwhile, or ended by another pick
 	}
-	ep.until, ep.lastEnd = 0, now
+	ep.mu.Lock()
+	ep.lastEnd = now
 	ep.mu.Unlock()
 	ep.set.told(ep, 0)
 	return false
 }
 
-// sample adds a latency of d ns: the estimate jumps to a higher one (the
-// peak), and decays towards lower ones.
+// sampleLocked adds a latency of d ns: the estimate jumps to a higher one
+// (the peak), and decays towards lower ones. ep.mu must be held.
 func (ep *endpoint) sampleLocked(now int64, d float64) {
-	if ep.stamp == 0 || d > ep.ewma {
-		ep.ewma = d
+	e, stamp := ep.estimate(), ep.stamp.Load()
+	if stamp == 0 || d > e {
+		e = d
 	} else {
-		w := math.Exp(-float64(now-ep.stamp) / float64(ewmaDecay))
-		ep.ewma = ep.ewma*w + d*(1-w)
+		w := math.Exp(-float64(now-stamp) / float64(ewmaDecay))
+		e = e*w + d*(1-w)
 	}
-	ep.stamp = now
+	ep.ewma.Store(math.Float64bits(e))
+	ep.stamp.Store(now)
 }
 
 // answered records an answer after elapsed ns: a failure (failed) counts
@@ -473,7 +477,7 @@ func (ep *endpoint) answered(elapsed int64, failed bool) {
 func (ep *endpoint) slow(elapsed int64) {
 	now := clock.Now()
 	ep.mu.Lock()
-	if float64(elapsed) > ep.ewma {
+	if float64(elapsed) > ep.estimate() {
 		ep.sampleLocked(now, float64(elapsed))
 	}
 	ep.mu.Unlock()
@@ -485,7 +489,7 @@ func (ep *endpoint) slow(elapsed int64) {
 func (ep *endpoint) failed(now int64, elapsed int64) {
 	if elapsed >= 0 {
 		ep.mu.Lock()
-		if float64(elapsed) > ep.ewma {
+		if float64(elapsed) > ep.estimate() {
 			ep.sampleLocked(now, float64(elapsed))
 		}
 		ep.mu.Unlock()
@@ -511,7 +515,7 @@ func (ep *endpoint) record(now int64, failed bool) {
 		due = due || cfg.rate > 0 && float64(ep.windowFails) >= cfg.rate*float64(ep.window)
 		ep.window, ep.windowFails = 0, 0
 	}
-	due = due && ep.until == 0 && ep.dialAddr != ""
+	due = due && ep.until.Load() == 0 && ep.dialAddr != ""
 	ep.mu.Unlock()
 	if !due {
 		return
@@ -524,11 +528,9 @@ func (ep *endpoint) record(now int64, failed bool) {
 	}
 	n, out := len(*eps), 0
 	for _, o := range *eps {
-		o.mu.Lock()
-		if o != ep && o.until != 0 && o.until > now {
+		if u := o.until.Load(); o != ep && u != 0 && u > now {
 			out++
 		}
-		o.mu.Unlock()
 	}
 	allowed := max(1, int(cfg.share*float64(n)))
 	if out+1 > allowed || out+1 >= n || !slices.Contains(*eps, ep) {
@@ -541,7 +543,8 @@ func (ep *endpoint) record(now int64, failed bool) {
 	}
 	ep.ejections++
 	d := min(cfg.base*int64(ep.ejections), cfg.cap)
-	ep.until, ep.fails, ep.window, ep.windowFails = now+d, 0, 0, 0
+	ep.until.Store(now + d)
+	ep.fails, ep.window, ep.windowFails = 0, 0, 0
 	ep.mu.Unlock()
 	s.mu.Unlock()
 	s.told(ep, time.Duration(d))
@@ -561,14 +564,15 @@ func (s *endpointSet) told(ep *endpoint, d time.Duration) {
 // connection then.
 func (s *endpointSet) learned() bool {
 	return s.any(func(ep *endpoint, now int64) bool {
-		return ep.fails > 0 || ep.windowFails > 0 || ep.until != 0 && ep.until > now
+		u := ep.until.Load()
+		return ep.fails > 0 || ep.windowFails > 0 || u != 0 && u > now
 	})
 }
 
 // ejecting reports whether an endpoint of s is ejected: the upstream is
 // not forgotten then, however idle.
 func (s *endpointSet) ejecting() bool {
-	return s.any(func(ep *endpoint, now int64) bool { return ep.until != 0 && ep.until > now })
+	return s.any(func(ep *endpoint, now int64) bool { u := ep.until.Load(); return u != 0 && u > now })
 }
 
 // any reports whether f holds for an endpoint of s, under its lock.

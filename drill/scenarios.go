@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboundhq/outbound"
@@ -509,26 +510,64 @@ func badReplica(e *env) {
 	if e.user != nil {
 		own = *e.user
 	}
-	own.Endpoints = &attempt.Endpoints{Resolver: names, Ejection: attempt.Ejection{BaseTime: time.Second, MaxShare: 0.34}}
+	bad := reps[0]
+	const warm = 30 // healthy calls first, some to the bad replica
+	var warmed int  // what it got of them
+	var mu sync.Mutex
+	var firstAt int = -1       // the attempts it had got when first ejected
+	var ejectedUntil time.Time // the end of its latest ejection
+	own.Endpoints = &attempt.Endpoints{Resolver: names, Ejection: attempt.Ejection{BaseTime: time.Second, MaxShare: 0.34},
+		OnEject: func(_, _ string, d time.Duration) {
+			if d == 0 {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if firstAt < 0 {
+				firstAt = bad.TotalReceived() - warmed
+			}
+			ejectedUntil = time.Now().Add(d)
+		}}
 	c, cfg := e.buildFrom(own)
 	defer c.Close()
 	e.client, e.cfg = c, cfg
 	url := "http://replicas.drill:" + port
-	bad := reps[0]
-	bad.SetDefault(outboundtest.Respond(503))
-	failed := 0
-	for i := range 60 {
-		if r := e.call(req{method: "GET", id: fmt.Sprintf("sick-%d", i), url: url}); r.status != 200 {
-			failed++
-		}
+	for i := range warm { // all healthy: each replica has its latency
+		e.call(req{method: "GET", id: fmt.Sprintf("warm-%d", i), url: url})
 	}
-	e.checkInt("calls that failed while one replica of three answered 503", failed, eq(0), "0")
-	e.checkInt("attempts the bad replica got before its ejection", bad.TotalReceived(), func(n int) bool { return n >= 5 && n <= 6 }, "5 (its failures in a row), or 6")
+	warmed = bad.TotalReceived()
+	bad.SetDefault(outboundtest.Respond(503))
+	// Four callers, as a service has: the attempts in flight spread the
+	// picks over the replicas.
+	var failed, calls atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; i < 150; i++ {
+				if r := e.call(req{method: "GET", id: fmt.Sprintf("sick-%d-%d", w, i), url: url}); r.status != 200 {
+					failed.Add(1)
+				}
+				calls.Add(1)
+				mu.Lock()
+				done := firstAt >= 0
+				mu.Unlock()
+				if done && i >= 15 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.checkInt(fmt.Sprintf("of %d calls while one replica of three answered 503, those that failed", calls.Load()), int(failed.Load()), eq(0), "0")
+	mu.Lock()
+	first, until := firstAt, ejectedUntil
+	mu.Unlock()
+	e.checkInt("attempts the bad replica got before its first ejection", first, eq(5), "5 (its failures in a row)")
 	m, ok := e.client.Breakers()[url]
-	e.check("the upstream's breaker, after 60 calls", "CLOSED, with the bad replica's failures in its window",
+	e.check("the upstream's breaker", "CLOSED, with the bad replica's failures in its window",
 		fmt.Sprintf("%v, %d failed", m.State, m.Failed), ok && m.State == circuit.Closed && m.Failed > 0)
 	bad.SetDefault(outboundtest.Respond(200))
-	time.Sleep(1100 * time.Millisecond) // its ejection (1 s here) ends
+	time.Sleep(time.Until(until) + 100*time.Millisecond) // its latest ejection (1 s, then 2 s… here) ends
 	before := bad.TotalReceived()
 	for i := range 60 {
 		e.call(req{method: "GET", id: fmt.Sprintf("healed-%d", i), url: url})

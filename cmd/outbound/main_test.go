@@ -35,6 +35,11 @@ func TestDrillPassesWithJSONVerdictsAndExecutionCounts(t *testing.T) {
 		t.Fatalf("JSON: %v\n%s\n%s", err, out, errOut)
 	}
 	if code != exitOK || !r.Passed {
+		for _, s := range r.Scenarios {
+			if !s.Passed {
+				t.Errorf("%s failed: %+v", s.Name, s.Checks)
+			}
+		}
 		t.Fatalf("exit %d, passed %v", code, r.Passed)
 	}
 	execs := map[string]int{}
