@@ -410,30 +410,33 @@ func TestReplicas(t *testing.T) {
 		}
 		stop()
 	}
-	fmt.Fprintf(&out, "\nAll healthy, paired (one process serves the five addresses: only the client differs), outbound with Endpoints / outbound by name, %d rounds of %v each:\n", pairRounds, pairRound)
+	fmt.Fprintf(&out, "\nAll healthy, paired (one process serves the five addresses: only the client differs), %d rounds of %v each;\n"+
+		"outbound with Endpoints / outbound by name, and for scale, rotating over the addresses / net/http by name:\n", pairRounds, pairRound)
 	for _, proto := range strings.Split(*replicasProto, ",") {
 		rs, port, stop := startReplicas(t, proto, true)
 		cs := replicaClients(t, proto, port)
-		byName, spread := cs[2], cs[3]
-		var rps, cpu []float64
-		for round := range pairRounds {
-			runs := map[string]replicaRun{}
-			order := []replicaClient{byName, spread}
-			if round%2 == 1 {
-				order[0], order[1] = spread, byName
+		for _, pair := range [][2]replicaClient{{cs[2], cs[3]}, {cs[0], cs[1]}} {
+			byName, spread := pair[0], pair[1]
+			var rps, cpu []float64
+			for round := range pairRounds {
+				runs := map[string]replicaRun{}
+				order := []replicaClient{byName, spread}
+				if round%2 == 1 {
+					order[0], order[1] = spread, byName
+				}
+				for _, c := range order {
+					rs[0].say(t, "clear")
+					runs[c.name] = drive(c.rt, nil, port, c.name, pairRound, func() { time.Sleep(pairRound) })
+				}
+				a, b := runs[byName.name], runs[spread.name]
+				rps = append(rps, float64(b.calls)/float64(a.calls))
+				cpu = append(cpu, float64(b.cpu)/float64(b.calls)/(float64(a.cpu)/float64(a.calls)))
 			}
-			for _, c := range order {
-				rs[0].say(t, "clear")
-				runs[c.name] = drive(c.rt, nil, port, c.name, pairRound, func() { time.Sleep(pairRound) })
-			}
-			a, b := runs[byName.name], runs[spread.name]
-			rps = append(rps, float64(b.calls)/float64(a.calls))
-			cpu = append(cpu, float64(b.cpu)/float64(b.calls)/(float64(a.cpu)/float64(a.calls)))
+			slices.Sort(rps)
+			slices.Sort(cpu)
+			fmt.Fprintf(&out, "%-6s %-11s / %-10s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto, spread.name, byName.name,
+				rps[len(rps)/2], rps[0], rps[len(rps)-1], cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1])
 		}
-		slices.Sort(rps)
-		slices.Sort(cpu)
-		fmt.Fprintf(&out, "%-6s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto,
-			rps[len(rps)/2], rps[0], rps[len(rps)-1], cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1])
 		stop()
 	}
 	t.Log("\n" + out.String())
