@@ -79,6 +79,10 @@
 //     it withheld, by outbound.upstream.
 //   - outbound.calls (counter, "{call}"): finished calls, by
 //     outbound.upstream and outbound.commit_status.
+//   - outbound.endpoint.ejections (counter, "{ejection}"): endpoints
+//     ejected (Config.Endpoints), by outbound.upstream and
+//     outbound.endpoint ("ip:port"; at most Endpoints.MaxEndpoints per
+//     host).
 //
 // Measurements are taken in the hook's context, so an exemplar points at the
 // attempt's or the call's span.
@@ -111,6 +115,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -141,6 +146,7 @@ const (
 	GuardKey        = attribute.Key("outbound.guard")
 	DecisionKey     = attribute.Key("outbound.decision")
 	ReasonKey       = attribute.Key("outbound.reason")
+	EndpointKey     = attribute.Key("outbound.endpoint")
 	StateKey        = attribute.Key("outbound.state")
 )
 
@@ -206,6 +212,7 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 	r.declined = counter("outbound.retry.declined", "{retry}", "Retries not made, by reason.")
 	r.exhausted = counter("outbound.retry_budget.exhausted", "{attempt}", "Retries declined and hedges withheld by the retry budget.")
 	r.calls = counter("outbound.calls", "{call}", "Finished calls, by commit status.")
+	r.ejections = counter("outbound.endpoint.ejections", "{ejection}", "Endpoints of an upstream ejected (Config.Endpoints), by endpoint.")
 	if errs != nil {
 		return outbound.Hooks{}, errs
 	}
@@ -218,6 +225,7 @@ func Hooks(opts ...Option) (outbound.Hooks, error) {
 		CallDone:          r.callDone,
 		Guard:             r.guard,
 		UpstreamForgotten: r.forget,
+		EndpointEjected:   r.ejected,
 	}, nil
 }
 
@@ -230,6 +238,7 @@ type recorder struct {
 	declined   metric.Int64Counter
 	exhausted  metric.Int64Counter
 	calls      metric.Int64Counter
+	ejections  metric.Int64Counter
 
 	umu       sync.RWMutex
 	upstreams map[string]trace.SpanStartOption // outbound.upstream of call spans, by upstream
@@ -391,6 +400,12 @@ func (r *recorder) retryDecided(ctx context.Context, a outbound.AttemptInfo, d r
 	r.declined.Add(ctx, 1, r.opts(setKey{kind: kindDeclined, a: a.Upstream, n: int(d.Reason)}).add...)
 }
 
+func (r *recorder) ejected(upstream, endpoint string, d time.Duration) {
+	if d > 0 {
+		r.ejections.Add(context.Background(), 1, r.opts(setKey{kind: kindEjections, a: upstream, b: endpoint}).add...)
+	}
+}
+
 func (r *recorder) budgetExhausted(ctx context.Context, upstream string) {
 	r.exhausted.Add(ctx, 1, r.opts(setKey{kind: kindExhausted, a: upstream}).add...)
 }
@@ -492,6 +507,7 @@ const (
 	kindDeclined
 	kindExhausted
 	kindCalls
+	kindEjections
 )
 
 // setKey names the attribute set of one measurement: a kind and the values
@@ -561,6 +577,8 @@ func (k setKey) set() attribute.Set {
 		return attribute.NewSet(UpstreamKey.String(k.a), ReasonKey.String(retry.Reason(k.n).String()))
 	case kindCalls:
 		return attribute.NewSet(UpstreamKey.String(k.a), CommitStatusKey.String(outcome.Commit(k.n).String()))
+	case kindEjections:
+		return attribute.NewSet(UpstreamKey.String(k.a), EndpointKey.String(k.b))
 	}
 	return attribute.NewSet(UpstreamKey.String(k.a))
 }

@@ -23,8 +23,10 @@ import (
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/attempt"
 	outboundotel "github.com/outboundhq/outbound/otel"
 	"github.com/outboundhq/outbound/outboundtest"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/retry"
 )
 
@@ -657,5 +659,32 @@ func TestTheConcurrencyLimitAndTheThrottleAreReported(t *testing.T) {
 	g, ok := ms["outbound.throttle.rejection_probability"].Data.(metricdata.Gauge[float64])
 	if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 0.5 { // 1 request, not accepted: (1-0)/(1+1)
 		t.Fatalf("outbound.throttle.rejection_probability: %+v", ms["outbound.throttle.rejection_probability"])
+	}
+}
+
+// With Config.Endpoints, each ejection of an endpoint is counted by
+// upstream and endpoint: here "svc.test" resolves to two loopback
+// addresses where nothing listens, and one of them is ejected (never the
+// last).
+func TestEndpointEjectionsAreCounted(t *testing.T) {
+	e := newEnv(t, outboundtest.HTTP1, outbound.Config{MaxAttempts: 1,
+		Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": testkit.Loopbacks(2)},
+			Ejection: attempt.Ejection{ConsecutiveFailures: 2, MaxShare: 0.5}}})
+	u, _ := url.Parse(e.s.URL)
+	for range 4 {
+		req, _ := http.NewRequest(http.MethodGet, "http://svc.test:"+u.Port()+"/", nil)
+		if _, err := e.t.RoundTrip(req); err == nil {
+			t.Fatal("a call reached an address where nothing listens")
+		}
+	}
+	ms := e.collect(t)
+	got := sums(t, ms, "outbound.endpoint.ejections", "{ejection}")
+	if len(got) != 1 {
+		t.Fatalf("outbound.endpoint.ejections: %v, want one endpoint ejected once", got)
+	}
+	for k, n := range got {
+		if n != 1 || !strings.Contains(k, "outbound.upstream=http://svc.test:"+u.Port()) || !strings.Contains(k, "outbound.endpoint=127.0.0.") {
+			t.Fatalf("outbound.endpoint.ejections: %v", got)
+		}
 	}
 }

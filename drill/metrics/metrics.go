@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission/circuit"
@@ -42,12 +43,13 @@ var (
 	declined   = family{"outbound_retry_declined_total", "Retries not made, by reason.", "counter", []string{"outbound_reason", upstream}}
 	budget     = family{"outbound_retry_budget_exhausted_total", "Retries declined and hedges withheld by the retry budget.", "counter", []string{upstream}}
 	calls      = family{"outbound_calls_total", "Finished calls, by commit status.", "counter", []string{"outbound_commit_status", upstream}}
+	ejections  = family{"outbound_endpoint_ejections_total", "Endpoints of an upstream ejected (Config.Endpoints), by endpoint.", "counter", []string{"outbound_endpoint", upstream}}
 	duration   = family{"http_client_request_duration_seconds", "Duration of HTTP client requests.", "histogram",
 		[]string{"error_type", "http_request_method", "http_response_status_code", "server_address", "server_port", "url_scheme"}}
 	breakerState = family{"outbound_breaker_state", "Circuit breaker state: 1 for the current state, 0 for the others.", "gauge", []string{"outbound_state", upstream}}
 )
 
-var families = []family{attempts, rejections, retries, declined, budget, calls}
+var families = []family{attempts, rejections, retries, declined, budget, calls, ejections}
 
 // buckets are the bucket boundaries the HTTP semantic conventions advise
 // for http.client.request.duration, as the OpenTelemetry module uses.
@@ -171,6 +173,11 @@ func (r *Registry) Hooks() outbound.Hooks {
 			}
 		},
 		BudgetExhausted: func(_ context.Context, upstream string) { r.add(budget, 1, upstream) },
+		EndpointEjected: func(upstream, endpoint string, d time.Duration) {
+			if d > 0 {
+				r.add(ejections, 1, endpoint, upstream)
+			}
+		},
 		CallDone: func(_ context.Context, o *outcome.Outcome) {
 			r.add(calls, 1, o.Commit.String(), o.Upstream)
 		},

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
@@ -125,5 +126,18 @@ func TestRegistryReportsTheConcurrencyLimitInFlightAndTheThrottle(t *testing.T) 
 		if !strings.Contains(text, want) {
 			t.Errorf("missing %s\n%s", want, text)
 		}
+	}
+}
+
+// An ejection is counted by endpoint and upstream; the end of one is not.
+func TestRegistryCountsEndpointEjections(t *testing.T) {
+	reg := metrics.New()
+	h := reg.Hooks()
+	h.EndpointEjected("http://svc.test:80", "127.0.0.2:80", 30*time.Second)
+	h.EndpointEjected("http://svc.test:80", "127.0.0.2:80", 0)
+	h.EndpointEjected("http://svc.test:80", "127.0.0.2:80", time.Minute)
+	want := `outbound_endpoint_ejections_total{outbound_endpoint="127.0.0.2:80",outbound_upstream="http://svc.test:80"} 2`
+	if !strings.Contains(reg.Text(), want) {
+		t.Fatalf("no %s in:\n%s", want, reg.Text())
 	}
 }
