@@ -367,7 +367,12 @@ func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, tra
 		classify.ClientFault(a.Evidence), retry.Drained(a.Evidence, a.Lifecycle):
 		return d, outcome.Decided
 	}
-	c.budget.OnFailure()
+	if a.Endpoint == "" || !c.route.Ejected(a.Endpoint) {
+		// A failure of an endpoint that is ejected by now is its own, not
+		// the upstream's: the endpoint gets no more attempts, and the
+		// retry goes to another.
+		c.budget.OnFailure()
+	}
 	if d.Reason == retry.BudgetExhausted { // every other rule allows a retry
 		in.BudgetAllows = c.budget.Allows()
 		d = retry.Decide(in)

@@ -217,3 +217,45 @@ func TestEndpointEjectionsAreToldToTheHooksAndLogged(t *testing.T) {
 		}
 	})
 }
+
+// A failure of an endpoint that is ejected by the time the call decides is
+// the endpoint's, not the upstream's: it costs the retry budget nothing,
+// and the retry goes elsewhere. Before, behind five replicas of which one
+// turned to 503, the failure that ejected it left the budget at half and
+// its call's retry was refused: 4 of 162,836 GETs failed. A failure that
+// ejects nothing is charged as before.
+func TestAFailureThatEjectsItsEndpointCostsTheRetryBudgetNothing(t *testing.T) {
+	for _, tc := range []struct {
+		failures int
+		tokens   float64
+	}{{1, 10}, {3, 9}} {
+		t.Run(fmt.Sprintf("ejected after %d", tc.failures), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ips := testkit.Loopbacks(3)
+				sick := netip.AddrPortFrom(ips[0], 80).String()
+				f := testkit.NewFleet(sick, netip.AddrPortFrom(ips[1], 80).String(), netip.AddrPortFrom(ips[2], 80).String())
+				f.Set(sick, 503)
+				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
+					Backoff: retry.Backoff{Initial: 1, Max: 1, Jitter: -1},
+					Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": ips},
+						Ejection: attempt.Ejection{ConsecutiveFailures: tc.failures, MaxShare: 0.34}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				for f.Received(sick) == 0 {
+					req, _ := http.NewRequest(http.MethodGet, "http://svc.test/", nil)
+					resp, out, err := tr.Do(req)
+					if err != nil || resp.StatusCode != 200 {
+						t.Fatalf("%v %v", err, out)
+					}
+					resp.Body.Close()
+				}
+				s, _ := tr.Upstream("http://svc.test:80")
+				if s.BudgetTokens < tc.tokens || s.BudgetTokens >= tc.tokens+0.5 {
+					t.Fatalf("retry budget %v after one 503, want %v (and what successes gave back)", s.BudgetTokens, tc.tokens)
+				}
+			})
+		})
+	}
+}

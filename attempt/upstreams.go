@@ -20,6 +20,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/internal/clock"
 )
 
 // What an Attempter keeps per upstream (its admission pipeline), per address
@@ -98,6 +99,26 @@ func (r *Route) Key() string { return r.key }
 
 // Pipeline returns the route's admission pipeline.
 func (r *Route) Pipeline() *admission.Pipeline { return r.up.pipeline }
+
+// Ejected reports whether the endpoint ("ip:port") of the route's host is
+// ejected now (Config.Endpoints); false for any other.
+func (r *Route) Ejected(endpoint string) bool {
+	if r.set == nil || endpoint == "" {
+		return false
+	}
+	eps := r.set.eps.Load()
+	if eps == nil {
+		return false
+	}
+	now := clock.Now()
+	for _, ep := range *eps {
+		if ep.dialAddr == endpoint {
+			u := ep.until.Load()
+			return u != 0 && now < u
+		}
+	}
+	return false
+}
 
 // State returns what Config.UpstreamState made for the route's upstream, or
 // nil.

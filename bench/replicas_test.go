@@ -24,11 +24,13 @@ import (
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outboundtest/testkit"
+	"github.com/outboundhq/outbound/outcome"
 )
 
 var (
 	replicasRun   = flag.Bool("replicas", false, "run TestReplicas: five replica processes behind one name (about 2 minutes)")
 	replicasProto = flag.String("replicas.protos", "HTTP1,h2c", "the protocols TestReplicas runs over")
+	replicasFault = flag.String("replicas.faults", "stall,503,reset,none", "the faults TestReplicas runs")
 )
 
 const (
@@ -268,6 +270,7 @@ type replicaRun struct {
 	calls, failedGET, failedPOST int
 	cpu                          time.Duration   // the client process's CPU time
 	lat                          []time.Duration // of the successful calls
+	whyGET                       map[string]int  // why GETs failed
 	breakerOpened                bool
 }
 
@@ -295,7 +298,14 @@ func drive(rt http.RoundTripper, tr *outbound.Transport, port, client string, d 
 				req, _ := http.NewRequestWithContext(ctx, method, "http://"+replicaName+":"+port+"/", body)
 				req.Header.Set(outboundtest.IDHeader, fmt.Sprintf("%s-%s-%d-%d", method, client, w, seq.Add(1)))
 				start := time.Now()
-				resp, err := rt.RoundTrip(req)
+				var resp *http.Response
+				var err error
+				var out *outcome.Outcome
+				if tr != nil {
+					resp, out, err = tr.Do(req)
+				} else {
+					resp, err = rt.RoundTrip(req)
+				}
 				ok := err == nil && resp.StatusCode < 500
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
@@ -313,6 +323,22 @@ func drive(rt http.RoundTripper, tr *outbound.Transport, port, client string, d 
 					run.failedPOST++
 				default:
 					run.failedGET++
+					why := "no error"
+					switch {
+					case out != nil:
+						why = out.Why()
+						for _, a := range out.Attempts {
+							why += fmt.Sprintf(" | %v %d %s", a.Category, a.Status, a.Endpoint)
+						}
+					case err != nil:
+						why = err.Error()
+					case resp != nil:
+						why = resp.Status
+					}
+					if run.whyGET == nil {
+						run.whyGET = map[string]int{}
+					}
+					run.whyGET[why]++
 				}
 				if tr != nil {
 					if m, ok := tr.Breakers()["http://"+replicaName+":"+port]; ok && m.State != circuit.Closed {
@@ -377,7 +403,7 @@ func TestReplicas(t *testing.T) {
 		"DUP-POST", "P50", "P99", "CPU/CALL", "BRK", "FIRST-REPLICA")
 	for _, proto := range strings.Split(*replicasProto, ",") {
 		rs, port, stop := startReplicas(t, proto, false)
-		for _, fault := range []string{"stall", "503", "reset", "none"} {
+		for _, fault := range strings.Split(*replicasFault, ",") {
 			for _, c := range replicaClients(t, proto, port) {
 				for _, r := range rs {
 					r.say(t, "ok")
@@ -403,6 +429,9 @@ func TestReplicas(t *testing.T) {
 					run.failedGET, run.failedPOST, dup, pct(run.lat, 0.5).Round(10*time.Microsecond), pct(run.lat, 0.99).Round(10*time.Microsecond),
 					(run.cpu / time.Duration(run.calls)).Round(100*time.Nanosecond),
 					map[bool]string{true: "open", false: "-"}[run.breakerOpened], during, after)
+				for why, n := range run.whyGET {
+					fmt.Fprintf(&out, "       a GET failed %d× : %s\n", n, why)
+				}
 				for _, r := range rs {
 					r.say(t, "ok")
 				}
