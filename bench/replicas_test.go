@@ -429,8 +429,10 @@ func TestReplicas(t *testing.T) {
 					run.failedGET, run.failedPOST, dup, pct(run.lat, 0.5).Round(10*time.Microsecond), pct(run.lat, 0.99).Round(10*time.Microsecond),
 					(run.cpu / time.Duration(run.calls)).Round(100*time.Nanosecond),
 					map[bool]string{true: "open", false: "-"}[run.breakerOpened], during, after)
-				for why, n := range run.whyGET {
-					fmt.Fprintf(&out, "       a GET failed %d× : %s\n", n, why)
+				if c.tr != nil { // outbound's reasons (net/http's name each connection)
+					for why, n := range run.whyGET {
+						fmt.Fprintf(&out, "       a GET failed %d× : %s\n", n, why)
+					}
 				}
 				for _, r := range rs {
 					r.say(t, "ok")
