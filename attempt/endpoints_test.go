@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,4 +419,101 @@ func TestAnEndpointFailingHalfItsAttemptsIsEjectedByItsFailureRate(t *testing.T)
 			})
 		})
 	}
+}
+
+// changingNames is a Resolver whose answers a test changes.
+type changingNames struct {
+	mu    sync.Mutex
+	addrs []netip.Addr
+	asked int
+}
+
+func (c *changingNames) set(a []netip.Addr) {
+	c.mu.Lock()
+	c.addrs = a
+	c.mu.Unlock()
+}
+
+func (c *changingNames) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asked++
+	return slices.Clone(c.addrs), nil
+}
+
+// A host is looked up again every Refresh, in the background: an address
+// that appears gets attempts from then on, one that is gone gets none, and
+// an endpoint found again keeps what it learned (here, its ejection).
+func TestAHostIsLookedUpAgainEveryRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ips := testkit.Loopbacks(4)
+		var addrs []string
+		for _, ip := range ips {
+			addrs = append(addrs, netip.AddrPortFrom(ip, 80).String())
+		}
+		f := testkit.NewFleet(addrs...)
+		f.Set(addrs[0], 503)
+		names := &changingNames{addrs: ips[:3]}
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
+			Endpoints: &attempt.Endpoints{Resolver: names, Refresh: time.Minute,
+				Ejection: attempt.Ejection{ConsecutiveFailures: 1, BaseTime: time.Hour, MaxTime: time.Hour, MaxShare: 0.5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if f.Received(addrs[3]) != 0 || f.Received(addrs[0]) != 1 {
+			t.Fatalf("before the change: %d attempts to the address not yet resolved, %d to the ejected one", f.Received(addrs[3]), f.Received(addrs[0]))
+		}
+		names.set([]netip.Addr{ips[0], ips[1], ips[3]}) // 127.0.0.4 gone, 127.0.0.5 new
+		time.Sleep(time.Minute)
+		tryGet(tr, "http://svc.test/") // finds the answer stale: looks it up again in the background
+		synctest.Wait()
+		f.Reset()
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if f.Received(addrs[2]) != 0 || f.Received(addrs[3]) == 0 || f.Received(addrs[0]) != 0 {
+			t.Fatalf("after the change: %d attempts to the gone address, %d to the new one, %d to the one still ejected",
+				f.Received(addrs[2]), f.Received(addrs[3]), f.Received(addrs[0]))
+		}
+		if names.asked != 2 {
+			t.Fatalf("looked up %d times, want 2", names.asked)
+		}
+	})
+}
+
+// A request through a Proxy has one endpoint, the proxy, and a Transport
+// with DialTLSContext dials by name: neither looks the host up.
+func TestAProxyOrADialTLSContextMeansTheHostIsDialedByName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		names := &changingNames{addrs: testkit.Loopbacks(3)}
+		f := testkit.NewFleet("proxy.test:3128", "svc.test:443")
+		proxy, _ := url.Parse("http://proxy.test:3128")
+		for _, base := range []*http.Transport{
+			{DialContext: f.Dial, Proxy: http.ProxyURL(proxy)},
+			{DialContext: f.Dial, DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return f.Dial(ctx, network, addr) // no TLS: the fleet answers in clear, enough to see what is dialed
+			}},
+		} {
+			tr, err := attempt.New(attempt.Config{HTTPTransport: base, Endpoints: &attempt.Endpoints{Resolver: names}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := "http://svc.test/"
+			if base.DialTLSContext != nil {
+				url = "https://svc.test/"
+			}
+			tryGet(tr, url)
+			tr.Close()
+		}
+		if names.asked != 0 {
+			t.Fatalf("the host was looked up %d times", names.asked)
+		}
+		if d := f.Dialed(); len(d) != 2 || d[0] != "proxy.test:3128" || d[1] != "svc.test:443" {
+			t.Fatalf("dialed %v, want the proxy, then the host by name", d)
+		}
+	})
 }
