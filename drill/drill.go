@@ -164,7 +164,7 @@ func runOne(ctx context.Context, s Scenario, opts Options) ScenarioResult {
 	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.res.Executions = e.srv.TotalExecutions()
+	e.res.Executions = e.srv.TotalExecutions() + e.otherExecutions
 	e.res.Millis = ms(time.Since(e.start))
 	e.res.Passed = len(e.res.Checks) > 0
 	for _, c := range e.res.Checks {
@@ -186,6 +186,8 @@ type env struct {
 	cfg     outbound.Config  // the configuration of the client, once built
 	start   time.Time
 	quiet   bool // count the calls, but keep no event per attempt
+
+	otherExecutions int // what upstreams of the scenario's own, beside srv, executed
 
 	openWait atomic.Int64 // the wait in OPEN of the breaker's latest opening, as it said
 

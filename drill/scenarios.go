@@ -483,6 +483,13 @@ func badReplica(e *env) {
 			s.Close()
 		}
 	}()
+	defer func() {
+		e.mu.Lock()
+		for _, s := range reps {
+			e.otherExecutions += s.TotalExecutions()
+		}
+		e.mu.Unlock()
+	}()
 	for try := 0; try < 10 && len(reps) < 3; try++ {
 		for _, s := range reps {
 			s.Close()
