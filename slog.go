@@ -45,6 +45,9 @@ func SlogHooks(l *slog.Logger) Hooks {
 			if r.Guard != 0 {
 				attrs = append(attrs, slog.String("guard", r.Guard.String()))
 			}
+			if r.Endpoint != "" {
+				attrs = append(attrs, slog.String("endpoint", r.Endpoint))
+			}
 			if r.Err != nil {
 				attrs = append(attrs, slog.String("error", r.Err.Error()))
 			}

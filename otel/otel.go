@@ -40,7 +40,9 @@
 // on a resend, that is from the second attempt on, as the conventions ask),
 // http.response.status_code when answered, and outbound.stage,
 // outbound.category, outbound.evidence, outbound.decision (the retry
-// decision taken after it) and, for a local rejection, outbound.guard. A
+// decision taken after it), for a local rejection, outbound.guard, and,
+// with Config.Endpoints, network.peer.address and network.peer.port: the
+// endpoint the attempt went to. A
 // failed attempt has error.type set to its category ("NotSent",
 // "Ambiguous", "LocalRejection"), status Error, and its error recorded as an
 // exception event; an answer of 400 or more has error.type set to the status
@@ -112,6 +114,7 @@ package outboundotel
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -375,6 +378,12 @@ func (r *recorder) attemptDone(ctx context.Context, a outbound.AttemptInfo, res 
 	}
 	if res.Decision != 0 {
 		attrs = append(attrs, DecisionKey.String(res.Decision.String()))
+	}
+	if host, port, err := net.SplitHostPort(res.Endpoint); err == nil { // with Config.Endpoints
+		attrs = append(attrs, semconv.NetworkPeerAddress(host))
+		if p, err := strconv.Atoi(port); err == nil {
+			attrs = append(attrs, semconv.NetworkPeerPort(p))
+		}
 	}
 	if errType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -686,5 +687,37 @@ func TestEndpointEjectionsAreCounted(t *testing.T) {
 		if n != 1 || !strings.Contains(k, "outbound.upstream=http://svc.test:"+u.Port()) || !strings.Contains(k, "outbound.endpoint=127.0.0.") {
 			t.Fatalf("outbound.endpoint.ejections: %v", got)
 		}
+	}
+}
+
+// With Config.Endpoints, an attempt span names the endpoint it went to
+// (network.peer.address and network.peer.port), the server.* attributes
+// keep the host's name.
+func TestAnAttemptSpanNamesItsEndpoint(t *testing.T) {
+	e := newEnv(t, outboundtest.HTTP1, outbound.Config{MaxAttempts: 1,
+		Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}},
+			Ejection: attempt.Ejection{ConsecutiveFailures: 1, MaxShare: 0.5}}})
+	u, _ := url.Parse(e.s.URL)
+	for range 6 { // 127.0.0.2 refuses, is ejected; the attempts go to 127.0.0.1, where the server is
+		req, _ := http.NewRequest(http.MethodGet, "http://svc.test:"+u.Port()+"/", nil)
+		if resp, err := e.t.RoundTrip(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	found := false
+	for _, s := range e.spans.Ended() {
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["http.response.status_code"] == "200" {
+			found = true
+			if attrs["network.peer.address"] != "127.0.0.1" || attrs["network.peer.port"] != u.Port() || attrs["server.address"] != "svc.test" {
+				t.Fatalf("an answered attempt's span: %v", attrs)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no answered attempt")
 	}
 }
