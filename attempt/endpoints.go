@@ -301,17 +301,28 @@ func (s *endpointSet) byName() []*endpoint {
 
 // resolve looks the host up and installs what it found, keeping the
 // endpoints (their connections and statistics) of the addresses found
-// again.
+// again. A lookup that fails changes nothing that is known — a DNS outage
+// does not drop the endpoints, nor their ejections — and a first lookup
+// ended by its context installs nothing: the next attempt looks again. A
+// first lookup that fails otherwise leaves the host dialed by name, where
+// the dial fails as net/http's would.
 func (s *endpointSet) resolve(ctx context.Context) {
 	var found []string
 	if _, err := netip.ParseAddr(s.host); err != nil { // an IP address is its own one endpoint
 		addrs, err := s.t.endpoints.resolver.LookupNetIP(ctx, "ip", s.host)
-		if err == nil {
-			for _, a := range addrs {
-				d := net.JoinHostPort(a.Unmap().String(), s.port)
-				if !slices.Contains(found, d) && len(found) < s.t.endpoints.maxEndpoints {
-					found = append(found, d)
-				}
+		if err != nil {
+			if s.eps.Load() != nil {
+				s.resolvedAt.Store(clock.Now()) // asked again after Refresh
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		for _, a := range addrs {
+			d := net.JoinHostPort(a.Unmap().String(), s.port)
+			if !slices.Contains(found, d) && len(found) < s.t.endpoints.maxEndpoints {
+				found = append(found, d)
 			}
 		}
 	}

@@ -517,3 +517,69 @@ func TestAProxyOrADialTLSContextMeansTheHostIsDialedByName(t *testing.T) {
 		}
 	})
 }
+
+// failingNames fails its lookups while down, and while blocking waits for
+// the lookup's context to end.
+type failingNames struct {
+	changingNames
+	down, blocking atomic.Bool
+}
+
+func (f *failingNames) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if f.blocking.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if f.down.Load() {
+		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
+	}
+	return f.changingNames.LookupNetIP(ctx, network, host)
+}
+
+// A lookup that fails changes nothing known: through a DNS outage the
+// endpoints, and an ejection, stay. A first lookup ended by its caller's
+// context installs nothing: the next attempt looks the host up again.
+func TestALookupThatFailsKeepsWhatIsKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ips := testkit.Loopbacks(3)
+		var addrs []string
+		for _, ip := range ips {
+			addrs = append(addrs, netip.AddrPortFrom(ip, 80).String())
+		}
+		f := testkit.NewFleet(addrs...)
+		f.Set(addrs[0], 503)
+		names := &failingNames{changingNames: changingNames{addrs: ips}}
+		names.blocking.Store(true)
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
+			Endpoints: &attempt.Endpoints{Resolver: names, Refresh: time.Minute,
+				Ejection: attempt.Ejection{ConsecutiveFailures: 1, BaseTime: time.Hour, MaxTime: time.Hour, MaxShare: 0.5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://svc.test/", nil)
+		tr.RoundTrip(req) // its lookup ends with its context
+		cancel()
+		names.blocking.Store(false)
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if f.Received(addrs[1]) == 0 || f.Received(addrs[2]) == 0 || f.Received(addrs[0]) != 1 {
+			t.Fatalf("after a cancelled first lookup, the replicas got %d, %d, %d: want the host spread, the 503 one ejected",
+				f.Received(addrs[0]), f.Received(addrs[1]), f.Received(addrs[2]))
+		}
+		names.down.Store(true)
+		time.Sleep(time.Minute)
+		tryGet(tr, "http://svc.test/") // a refresh, which fails
+		synctest.Wait()
+		f.Reset()
+		for range 100 {
+			tryGet(tr, "http://svc.test/")
+		}
+		if f.Received(addrs[1]) == 0 || f.Received(addrs[2]) == 0 || f.Received(addrs[0]) != 0 {
+			t.Fatalf("through a DNS outage the replicas got %d, %d, %d: want the host still spread, the ejected one still out",
+				f.Received(addrs[0]), f.Received(addrs[1]), f.Received(addrs[2]))
+		}
+	})
+}
