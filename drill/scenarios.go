@@ -545,12 +545,17 @@ func badReplica(e *env) {
 	warmed = bad.TotalReceived()
 	bad.SetDefault(outboundtest.Respond(503))
 	// Four callers, as a service has: the attempts in flight spread the
-	// picks over the replicas.
+	// picks over the replicas. They go on until the bad replica is
+	// ejected, for a few seconds at most: the pick can keep a replica out
+	// for a while after one slow answer of the warm-up (its latency
+	// estimate fades with a time constant of 1 s, whatever the number of
+	// calls), and four callers make hundreds of calls in that time.
 	var failed, calls atomic.Int64
 	var wg sync.WaitGroup
+	stop := time.Now().Add(sickFor)
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; i < 150; i++ {
+			for i := 0; i < 2000 && time.Now().Before(stop); i++ {
 				if r := e.call(req{method: "GET", id: fmt.Sprintf("sick-%d-%d", w, i), url: url}); r.status != 200 {
 					failed.Add(1)
 				}
@@ -576,12 +581,17 @@ func badReplica(e *env) {
 		fmt.Sprintf("%v, %d failed", m.State, m.Failed), ok && m.State == circuit.Closed && m.Failed > 0)
 	bad.SetDefault(outboundtest.Respond(200))
 	time.Sleep(time.Until(until) + 100*time.Millisecond) // its latest ejection (1 s, then 2 s… here) ends
-	before := bad.TotalReceived()
-	for i := range 60 {
-		e.call(req{method: "GET", id: fmt.Sprintf("healed-%d", i), url: url})
+	before, healed := bad.TotalReceived(), 0
+	for stop := time.Now().Add(sickFor); healed < 60 || bad.TotalReceived() == before && time.Now().Before(stop); healed++ {
+		e.call(req{method: "GET", id: fmt.Sprintf("healed-%d", healed), url: url})
 	}
-	e.checkInt("of 60 calls after it healed, those the replica got", bad.TotalReceived()-before, func(n int) bool { return n > 0 }, "some")
+	e.checkInt(fmt.Sprintf("of %d calls after it healed, those the replica got", healed), bad.TotalReceived()-before,
+		func(n int) bool { return n > 0 }, "some")
 }
+
+// sickFor bounds each phase of badReplica: long enough for a latency
+// estimate raised 100-fold to fade (time constant 1 s).
+const sickFor = 6 * time.Second
 
 // replicaNames maps host names to addresses (attempt.Resolver).
 type replicaNames map[string][]netip.Addr
