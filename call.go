@@ -47,6 +47,7 @@ type call struct {
 	lat        *latency        // the upstream's latencies, for adaptive hedging
 
 	elsewhere attempt.Elsewhere // the endpoints its attempts went to (Config.Endpoints)
+	endpoint  string            // the endpoint of its attempt in progress, outside hedged rounds (no allocation per attempt)
 }
 
 func newCall(t *Transport, req *http.Request) *call {
@@ -168,12 +169,12 @@ func (c *call) run() (*http.Response, error) {
 			resp, err, a, actx, acancel, ai = l.resp, l.err, l.a, l.f.actx, l.f.cancel, l.f.ai
 		} else {
 			start := clock.Now()
-			var ep string
+			c.endpoint = ""
 			resp, err = c.t.attempts.AttemptOn(actx, c.route, c.req,
 				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
-					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere, Endpoint: &ep})
+					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere, Endpoint: &c.endpoint})
 			a = record(resp, err, time.Duration(clock.Now()-start))
-			a.Endpoint = ep
+			a.Endpoint = c.endpoint
 			c.observe(a)
 		}
 		opened := resp != nil && c.t.openOnRetryAfter != nil && c.openOnRetryAfter(resp)

@@ -53,6 +53,8 @@ type flight struct {
 	start  int64
 	landed bool // guarded by round.mu
 	lost   bool // cancelled because another answered first; guarded by round.mu
+
+	endpoint string // where its attempt went (attempt.Options.Endpoint)
 }
 
 // landing is how a flight ended.
@@ -293,12 +295,11 @@ func (f *flight) takeOff() {
 // fly makes f's attempt and describes how it landed.
 func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
-	var ep string
 	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore, Provisional: true,
-		Elsewhere: &c.elsewhere, Endpoint: &ep})
+		Elsewhere: &c.elsewhere, Endpoint: &f.endpoint})
 	now := clock.Now()
 	a := record(resp, err, time.Duration(now-f.start))
-	a.Endpoint = ep
+	a.Endpoint = f.endpoint
 	return landing{f: f, resp: resp, err: err, a: a, at: now}
 }
 
