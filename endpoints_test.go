@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ import (
 func twoReplicas(t *testing.T, cfg outbound.Config) (*testkit.Fleet, *outbound.Transport, [2]string) {
 	t.Helper()
 	ips := testkit.Loopbacks(2)
-	addrs := [2]string{netip.AddrPortFrom(ips[0], 80).String(), netip.AddrPortFrom(ips[1], 80).String()}
+	addrs := [2]string(testkit.AddrPorts(ips, 80))
 	f := testkit.NewFleet(addrs[:]...)
 	cfg.HTTPTransport = &http.Transport{DialContext: f.Dial}
 	cfg.Endpoints = &attempt.Endpoints{Resolver: testkit.Names{"svc.test": ips}, Ejection: attempt.Ejection{ConsecutiveFailures: -1}}
@@ -177,8 +176,9 @@ func replicaPair(t *testing.T, p outboundtest.Proto) (*outboundtest.Server, *out
 func TestEndpointEjectionsAreToldToTheHooksAndLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ips := testkit.Loopbacks(3)
-		sick := netip.AddrPortFrom(ips[0], 80).String()
-		f := testkit.NewFleet(sick, netip.AddrPortFrom(ips[1], 80).String(), netip.AddrPortFrom(ips[2], 80).String())
+		all := testkit.AddrPorts(ips, 80)
+		sick := all[0]
+		f := testkit.NewFleet(all...)
 		f.Set(sick, 503)
 		var logs strings.Builder
 		var told, hooked []string
@@ -232,8 +232,9 @@ func TestAFailureThatEjectsItsEndpointCostsTheRetryBudgetNothing(t *testing.T) {
 		t.Run(fmt.Sprintf("ejected after %d", tc.failures), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ips := testkit.Loopbacks(3)
-				sick := netip.AddrPortFrom(ips[0], 80).String()
-				f := testkit.NewFleet(sick, netip.AddrPortFrom(ips[1], 80).String(), netip.AddrPortFrom(ips[2], 80).String())
+				all := testkit.AddrPorts(ips, 80)
+				sick := all[0]
+				f := testkit.NewFleet(all...)
 				f.Set(sick, 503)
 				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
 					Backoff: retry.Backoff{Initial: 1, Max: 1, Jitter: -1},

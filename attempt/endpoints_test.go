@@ -30,10 +30,7 @@ import (
 // cfg.Endpoints.OnEject, if set).
 func fleetOf(t *testing.T, n int, e attempt.Ejection, cfg attempt.Config) (*testkit.Fleet, *attempt.Attempter, []string) {
 	t.Helper()
-	var addrs []string
-	for _, a := range testkit.Loopbacks(n) {
-		addrs = append(addrs, netip.AddrPortFrom(a, 80).String())
-	}
+	addrs := testkit.AddrPorts(testkit.Loopbacks(n), 80)
 	f := testkit.NewFleet(addrs...)
 	cfg.HTTPTransport = &http.Transport{DialContext: f.Dial}
 	var onEject func(string, string, time.Duration)
@@ -447,10 +444,7 @@ func (c *changingNames) LookupNetIP(context.Context, string, string) ([]netip.Ad
 func TestAHostIsLookedUpAgainEveryRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ips := testkit.Loopbacks(4)
-		var addrs []string
-		for _, ip := range ips {
-			addrs = append(addrs, netip.AddrPortFrom(ip, 80).String())
-		}
+		addrs := testkit.AddrPorts(ips, 80)
 		f := testkit.NewFleet(addrs...)
 		f.Set(addrs[0], 503)
 		names := &changingNames{addrs: ips[:3]}
@@ -542,10 +536,7 @@ func (f *failingNames) LookupNetIP(ctx context.Context, network, host string) ([
 func TestALookupThatFailsKeepsWhatIsKnown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ips := testkit.Loopbacks(3)
-		var addrs []string
-		for _, ip := range ips {
-			addrs = append(addrs, netip.AddrPortFrom(ip, 80).String())
-		}
+		addrs := testkit.AddrPorts(ips, 80)
 		f := testkit.NewFleet(addrs...)
 		f.Set(addrs[0], 503)
 		names := &failingNames{changingNames: changingNames{addrs: ips}}

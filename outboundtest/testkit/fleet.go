@@ -36,6 +36,15 @@ func Loopbacks(n int) []netip.Addr {
 	return a
 }
 
+// AddrPorts returns "ip:port" of each of ips.
+func AddrPorts(ips []netip.Addr, port uint16) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = netip.AddrPortFrom(ip, port).String()
+	}
+	return out
+}
+
 // Fleet is an in-memory set of HTTP/1.1 replicas, one per "ip:port", for
 // tests in a synctest bubble (Dial is a DialContext). Each answers every
 // request with its status after its delay — a status of 0 refuses
