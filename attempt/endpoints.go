@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -294,6 +295,18 @@ func (s *endpointSet) endpoints(ctx context.Context) []*endpoint {
 	return s.byName()
 }
 
+// lookup asks the Resolver for the host's addresses; a Resolver that panics
+// has failed the lookup (it may run in the background, where a panic
+// would end the process, or in an attempt holding its permit).
+func (s *endpointSet) lookup(ctx context.Context) (addrs []netip.Addr, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			addrs, err = nil, fmt.Errorf("outbound: the Resolver panicked: %v", p)
+		}
+	}()
+	return s.t.endpoints.resolver.LookupNetIP(ctx, "ip", s.host)
+}
+
 // byName is the one endpoint of a host dialed by its name.
 func (s *endpointSet) byName() []*endpoint {
 	return []*endpoint{{set: s}}
@@ -309,7 +322,7 @@ func (s *endpointSet) byName() []*endpoint {
 func (s *endpointSet) resolve(ctx context.Context) {
 	var found []string
 	if _, err := netip.ParseAddr(s.host); err != nil { // an IP address is its own one endpoint
-		addrs, err := s.t.endpoints.resolver.LookupNetIP(ctx, "ip", s.host)
+		addrs, err := s.lookup(ctx)
 		if err != nil {
 			if s.eps.Load() != nil {
 				s.resolvedAt.Store(clock.Now()) // asked again after Refresh

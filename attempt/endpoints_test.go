@@ -574,3 +574,34 @@ func TestALookupThatFailsKeepsWhatIsKnown(t *testing.T) {
 		}
 	})
 }
+
+type panickingNames struct{}
+
+func (panickingNames) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	panic("a Resolver's bug")
+}
+
+// A Resolver that panics has failed its lookup: the host is dialed by
+// name, and neither the attempt nor a lookup in the background (which
+// would end the process) panics.
+func TestAResolverThatPanicsFailsItsLookup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := testkit.NewFleet("svc.test:80")
+		tr, err := attempt.New(attempt.Config{HTTPTransport: &http.Transport{DialContext: f.Dial},
+			Endpoints: &attempt.Endpoints{Resolver: panickingNames{}, Refresh: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		for range 2 {
+			if err := tryGet(tr, "http://svc.test/"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Minute) // the next one looks again, in the background
+		}
+		synctest.Wait()
+		if f.Received("svc.test:80") != 2 {
+			t.Fatalf("received %d, want 2 calls dialed by name", f.Received("svc.test:80"))
+		}
+	})
+}
