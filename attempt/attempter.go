@@ -550,11 +550,13 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 		case callerCancelled(ctx) || classify.ClientFault(ev):
 			pm.Release() // the caller gave up, or failed: it says nothing about the upstream
 			if ep != nil && !classify.ClientFault(ev) {
-				ep.slow(clock.Now() - start) // but it was still waiting
+				now := clock.Now()
+				ep.slow(now, now-start) // but it was still waiting
 			}
 		default:
 			if t.resolveFailed(&pm, ce, start) && ep != nil {
-				ep.failed(clock.Now(), clock.Now()-start)
+				now := clock.Now()
+				ep.failed(now, now-start)
 			}
 		}
 		up.held.Add(-1)
@@ -570,10 +572,11 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	} else if !c.http1.Load() {
 		c.http1.Store(true)
 	}
-	elapsed := time.Duration(clock.Now() - start)
+	now := clock.Now()
+	elapsed := time.Duration(now - start)
 	failed := t.isFailure(resp)
 	if ep != nil {
-		ep.answered(clock.Now()-connected, failed)
+		ep.answered(now, now-connected, failed)
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
 		if !o.Provisional || !failed {

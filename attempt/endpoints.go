@@ -193,18 +193,21 @@ type endpoint struct {
 
 	inflight atomic.Int32 // attempts between the pick and their answer
 
-	// Read without the lock by every pick (most attempts share the
-	// endpoints), written under mu.
+	// Read by every pick and written by every answer, without a lock: an
+	// answer is most attempts' last step, and a lock shared by every
+	// caller of a host costs them (measured in DESIGN.md, "A host is many
+	// endpoints").
 	ewma  atomic.Uint64 // peak-EWMA latency, ns, as float64 bits; 0 before the first sample
 	stamp atomic.Int64  // clock.Now of the last sample; 0 before the first
 	until atomic.Int64  // clock.Now at which its ejection ends; 0 if not ejected
 
-	mu          sync.Mutex
-	fails       int   // failures in a row
-	window      int   // outcomes in the window in progress (Ejection.Window)
-	windowFails int   // and the failures among them
-	ejections   int   // recent ejections
-	lastEnd     int64 // when its last ejection ended
+	fails       atomic.Int32 // failures in a row
+	window      atomic.Int32 // outcomes in the window in progress (Ejection.Window)
+	windowFails atomic.Int32 // and the failures among them
+
+	mu        sync.Mutex // for an ejection, its start and its end
+	ejections int        // recent ejections
+	lastEnd   int64      // when its last ejection ended
 }
 
 // Elsewhere is what a call's attempts have been sent to: each attempt made
@@ -472,39 +475,42 @@ func (ep *endpoint) ejected(now int64) bool {
 	return false
 }
 
-// sampleLocked adds a latency of d ns: the estimate jumps to a higher one
-// (the peak), and decays towards lower ones. ep.mu must be held.
-func (ep *endpoint) sampleLocked(now int64, d float64) {
-	e, stamp := ep.estimate(), ep.stamp.Load()
-	if stamp == 0 || d > e {
-		e = d
-	} else {
-		w := math.Exp(-float64(now-stamp) / float64(ewmaDecay))
-		e = e*w + d*(1-w)
+// sample adds a latency of d ns at now: the estimate jumps to a higher one
+// (the peak), and decays towards lower ones; with above, only a latency
+// above the estimate is added (a lower bound of one). Samples that race
+// are each applied, one perhaps decayed from the other's stamp: an error
+// far below what a load estimate can see.
+func (ep *endpoint) sample(now int64, d float64, above bool) {
+	for {
+		bits := ep.ewma.Load()
+		e, stamp := math.Float64frombits(bits), ep.stamp.Load()
+		if above && d <= e {
+			return
+		}
+		n := d
+		if stamp != 0 && d <= e {
+			w := math.Exp(-float64(now-stamp) / float64(ewmaDecay))
+			n = e*w + d*(1-w)
+		}
+		if ep.ewma.CompareAndSwap(bits, math.Float64bits(n)) {
+			ep.stamp.Store(now)
+			return
+		}
 	}
-	ep.ewma.Store(math.Float64bits(e))
-	ep.stamp.Store(now)
 }
 
-// answered records an answer after elapsed ns: a failure (failed) counts
-// towards its ejection, anything else ends a run of failures.
-func (ep *endpoint) answered(elapsed int64, failed bool) {
-	now := clock.Now()
-	ep.mu.Lock()
-	ep.sampleLocked(now, float64(elapsed))
-	ep.mu.Unlock()
+// answered records an answer at now, elapsed ns after the connection was
+// ready: a failure (failed) counts towards its ejection, anything else
+// ends a run of failures.
+func (ep *endpoint) answered(now, elapsed int64, failed bool) {
+	ep.sample(now, float64(elapsed), false)
 	ep.record(now, failed)
 }
 
 // slow records that an attempt on ep was still waiting after elapsed ns
 // when the caller gave up: it took at least that long.
-func (ep *endpoint) slow(elapsed int64) {
-	now := clock.Now()
-	ep.mu.Lock()
-	if float64(elapsed) > ep.estimate() {
-		ep.sampleLocked(now, float64(elapsed))
-	}
-	ep.mu.Unlock()
+func (ep *endpoint) slow(now, elapsed int64) {
+	ep.sample(now, float64(elapsed), true)
 }
 
 // failed records a failure of ep's own without an answer (a connection not
@@ -512,11 +518,7 @@ func (ep *endpoint) slow(elapsed int64) {
 // waited for it (a latency it took at least).
 func (ep *endpoint) failed(now int64, elapsed int64) {
 	if elapsed >= 0 {
-		ep.mu.Lock()
-		if float64(elapsed) > ep.estimate() {
-			ep.sampleLocked(now, float64(elapsed))
-		}
-		ep.mu.Unlock()
+		ep.sample(now, float64(elapsed), true)
 	}
 	ep.record(now, true)
 }
@@ -526,21 +528,19 @@ func (ep *endpoint) failed(now int64, elapsed int64) {
 // when FailureRate of a window of its outcomes failed.
 func (ep *endpoint) record(now int64, failed bool) {
 	s, cfg := ep.set, ep.set.t.endpoints
-	ep.mu.Lock()
-	ep.window++
+	var due bool
 	if failed {
-		ep.fails++
-		ep.windowFails++
-	} else {
-		ep.fails = 0
+		ep.windowFails.Add(1)
+		due = cfg.failures > 0 && int(ep.fails.Add(1)) >= cfg.failures
+	} else if ep.fails.Load() != 0 {
+		ep.fails.Store(0) // read first: most answers write nothing here
 	}
-	due := cfg.failures > 0 && ep.fails >= cfg.failures
-	if ep.window >= cfg.window {
-		due = due || cfg.rate > 0 && float64(ep.windowFails) >= cfg.rate*float64(ep.window)
-		ep.window, ep.windowFails = 0, 0
+	if n := ep.window.Add(1); int(n) == cfg.window { // the outcome that fills the window judges it
+		f := ep.windowFails.Swap(0)
+		ep.window.Store(0)
+		due = due || cfg.rate > 0 && float64(f) >= cfg.rate*float64(n)
 	}
 	due = due && ep.until.Load() == 0 && ep.dialAddr != ""
-	ep.mu.Unlock()
 	if !due {
 		return
 	}
@@ -568,8 +568,10 @@ func (ep *endpoint) record(now int64, failed bool) {
 	ep.ejections++
 	d := min(cfg.base*int64(ep.ejections), cfg.cap)
 	ep.until.Store(now + d)
-	ep.fails, ep.window, ep.windowFails = 0, 0, 0
 	ep.mu.Unlock()
+	ep.fails.Store(0)
+	ep.window.Store(0)
+	ep.windowFails.Store(0)
 	s.mu.Unlock()
 	s.told(ep, time.Duration(d))
 }
@@ -589,7 +591,7 @@ func (s *endpointSet) told(ep *endpoint, d time.Duration) {
 func (s *endpointSet) learned() bool {
 	return s.any(func(ep *endpoint, now int64) bool {
 		u := ep.until.Load()
-		return ep.fails > 0 || ep.windowFails > 0 || u != 0 && u > now
+		return ep.fails.Load() > 0 || ep.windowFails.Load() > 0 || u != 0 && u > now
 	})
 }
 
@@ -599,7 +601,7 @@ func (s *endpointSet) ejecting() bool {
 	return s.any(func(ep *endpoint, now int64) bool { u := ep.until.Load(); return u != 0 && u > now })
 }
 
-// any reports whether f holds for an endpoint of s, under its lock.
+// any reports whether f holds for an endpoint of s.
 func (s *endpointSet) any(f func(ep *endpoint, now int64) bool) bool {
 	eps := s.eps.Load()
 	if eps == nil {
@@ -607,10 +609,7 @@ func (s *endpointSet) any(f func(ep *endpoint, now int64) bool) bool {
 	}
 	now := clock.Now()
 	for _, ep := range *eps {
-		ep.mu.Lock()
-		l := f(ep, now)
-		ep.mu.Unlock()
-		if l {
+		if f(ep, now) {
 			return true
 		}
 	}

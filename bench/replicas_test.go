@@ -56,6 +56,10 @@ func TestReplicaWorker(t *testing.T) {
 	if os.Getenv("OUTBOUND_REPLICA_PROTO") == "h2c" {
 		proto = outboundtest.H2C
 	}
+	if os.Getenv("OUTBOUND_REPLICA_PLAIN") != "" {
+		plainReplica(strings.Split(addr, ","), proto)
+		return
+	}
 	var ss []*outboundtest.Server
 	for _, a := range strings.Split(addr, ",") {
 		s, err := outboundtest.NewServerAt(proto, a)
@@ -102,6 +106,36 @@ func TestReplicaWorker(t *testing.T) {
 	}
 }
 
+// plainReplica serves addrs with one http.Server answering 200 to every
+// request, without a log: the same server behind every address. It answers
+// every command with done.
+func plainReplica(addrs []string, proto outboundtest.Proto) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
+	})}
+	if proto == outboundtest.H2C {
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		srv.Protocols = p
+	}
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			fmt.Println("error", err)
+			return
+		}
+		go srv.Serve(ln)
+	}
+	defer srv.Close()
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Println("done")
+	}
+}
+
 // replica is a replica process, driven through its standard input.
 type replica struct {
 	addr string
@@ -117,6 +151,33 @@ func (r *replica) say(tb testing.TB, cmd string) string {
 		tb.Fatalf("replica %s: no answer to %q", r.addr, cmd)
 	}
 	return r.out.Text()
+}
+
+// startProc starts this test binary running only test, with env added to
+// its environment, and reports whether it said "ready" first.
+func startProc(tb testing.TB, test, name string, env ...string) (*replica, bool) {
+	tb.Helper()
+	r := &replica{addr: name}
+	r.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	r.cmd.Env = append(os.Environ(), env...)
+	r.cmd.Stderr = os.Stderr
+	r.in, _ = r.cmd.StdinPipe()
+	out, _ := r.cmd.StdoutPipe()
+	r.out = bufio.NewScanner(out)
+	r.out.Buffer(nil, 64<<20)
+	if err := r.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	return r, r.out.Scan() && r.out.Text() == "ready"
+}
+
+// stopProcs stops processes started by startProc.
+func stopProcs(procs []*replica) {
+	for _, r := range procs {
+		r.in.Close()
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+	}
 }
 
 // startReplicas starts replicaCount replica processes speaking proto on one
@@ -142,19 +203,13 @@ func startReplicas(tb testing.TB, proto string, oneProcess bool) (rs []*replica,
 			groups = []string{strings.Join(groups, ",")}
 		}
 		for _, g := range groups {
-			r := &replica{addr: g}
-			r.cmd = exec.Command(os.Args[0], "-test.run=^TestReplicaWorker$", "-test.count=1")
-			r.cmd.Env = append(os.Environ(), "OUTBOUND_REPLICA_ADDR="+r.addr, "OUTBOUND_REPLICA_PROTO="+proto)
-			r.cmd.Stderr = os.Stderr
-			r.in, _ = r.cmd.StdinPipe()
-			out, _ := r.cmd.StdoutPipe()
-			r.out = bufio.NewScanner(out)
-			r.out.Buffer(nil, 64<<20)
-			if err := r.cmd.Start(); err != nil {
-				tb.Fatal(err)
+			env := []string{"OUTBOUND_REPLICA_ADDR=" + g, "OUTBOUND_REPLICA_PROTO=" + proto}
+			if oneProcess {
+				env = append(env, "OUTBOUND_REPLICA_PLAIN=1")
 			}
+			r, ready := startProc(tb, "TestReplicaWorker", g, env...)
 			rs = append(rs, r)
-			if !r.out.Scan() || r.out.Text() != "ready" {
+			if !ready {
 				ok = false
 				break
 			}
@@ -162,13 +217,7 @@ func startReplicas(tb testing.TB, proto string, oneProcess bool) (rs []*replica,
 		procs := rs
 		var once sync.Once
 		stop = func() {
-			once.Do(func() {
-				for _, r := range procs {
-					r.in.Close()
-					r.cmd.Process.Kill()
-					r.cmd.Wait()
-				}
-			})
+			once.Do(func() { stopProcs(procs) })
 		}
 		if ok {
 			tb.Cleanup(stop)
@@ -224,6 +273,17 @@ func (r *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
 	return r.rt.RoundTrip(out)
 }
 
+// fivePools sends each request to the next of its transports, all dialing
+// the same address: a client with five pools, not five addresses.
+type fivePools struct {
+	next atomic.Uint64
+	rts  [replicaCount]*http.Transport
+}
+
+func (f *fivePools) RoundTrip(req *http.Request) (*http.Response, error) {
+	return f.rts[f.next.Add(1)%replicaCount].RoundTrip(req)
+}
+
 func replicaTransport(proto string) *http.Transport {
 	t := &http.Transport{MaxIdleConnsPerHost: replicaWorkers, DialContext: byName(testkit.Names{replicaName: testkit.Loopbacks(replicaCount)})}
 	if proto == "h2c" {
@@ -257,11 +317,17 @@ func replicaClients(tb testing.TB, proto, port string) []replicaClient {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(one.Close)
+	five := new(fivePools)
+	for i := range five.rts {
+		five.rts[i] = replicaTransport(proto)
+		tb.Cleanup(five.rts[i].CloseIdleConnections)
+	}
 	return []replicaClient{
 		{name: "net/http", rt: bare},
 		{name: "round-robin", rt: &roundRobin{addrs: addrs, rt: rrInner}},
 		{name: "outbound-1", rt: one, tr: one},
 		{name: "outbound", rt: tr, tr: tr},
+		{name: "five-pools", rt: five}, // for the paired rounds only
 	}
 }
 
@@ -278,14 +344,14 @@ type replicaRun struct {
 // a POST without an Idempotency-Key carrying a unique id, the rest GETs,
 // each call within replicaDeadline, while phases runs; it returns when
 // both are done.
-func drive(rt http.RoundTripper, tr *outbound.Transport, port, client string, d time.Duration, phases func()) replicaRun {
+func drive(rt http.RoundTripper, tr *outbound.Transport, port, client string, workers int, d time.Duration, phases func()) replicaRun {
 	var mu sync.Mutex
 	var run replicaRun
 	var seq atomic.Int64
 	stop := time.Now().Add(d)
 	cpu0 := cpuTime()
 	var wg sync.WaitGroup
-	for w := range replicaWorkers {
+	for w := range workers {
 		wg.Go(func() {
 			for i := 0; time.Now().Before(stop); i++ {
 				post := i%5 == 0
@@ -404,7 +470,13 @@ func TestReplicas(t *testing.T) {
 	for _, proto := range strings.Split(*replicasProto, ",") {
 		rs, port, stop := startReplicas(t, proto, false)
 		for _, fault := range strings.Split(*replicasFault, ",") {
+			if fault == "" {
+				continue // -replicas.faults= : the paired rounds only
+			}
 			for _, c := range replicaClients(t, proto, port) {
+				if c.name == "five-pools" {
+					continue
+				}
 				for _, r := range rs {
 					r.say(t, "ok")
 				}
@@ -412,7 +484,7 @@ func TestReplicas(t *testing.T) {
 					r.say(t, "clear")
 				}
 				var during int
-				run := drive(c.rt, c.tr, port, c.name, 8*time.Second, func() {
+				run := drive(c.rt, c.tr, port, c.name, replicaWorkers, 8*time.Second, func() {
 					time.Sleep(2 * time.Second)
 					if fault != "none" {
 						rs[0].say(t, fault)
@@ -441,31 +513,14 @@ func TestReplicas(t *testing.T) {
 		}
 		stop()
 	}
-	fmt.Fprintf(&out, "\nAll healthy, paired (one process serves the five addresses: only the client differs), %d rounds of %v each;\n"+
-		"outbound with Endpoints / outbound by name, and for scale, rotating over the addresses / net/http by name:\n", pairRounds, pairRound)
+	fmt.Fprintf(&out, "\nAll healthy, paired: two client processes at once, %d callers each, one process serving the five addresses,\n"+
+		"%d rounds of %v; the second's calls/s and CPU per call over the first's, median [range]; the first pair is a client against itself:\n",
+		replicaWorkers/2, pairRounds, pairRound)
 	for _, proto := range strings.Split(*replicasProto, ",") {
 		rs, port, stop := startReplicas(t, proto, true)
-		cs := replicaClients(t, proto, port)
-		for _, pair := range [][2]replicaClient{{cs[2], cs[3]}, {cs[0], cs[1]}} {
-			byName, spread := pair[0], pair[1]
-			var rps, cpu []float64
-			for round := range pairRounds {
-				runs := map[string]replicaRun{}
-				order := []replicaClient{byName, spread}
-				if round%2 == 1 {
-					order[0], order[1] = spread, byName
-				}
-				for _, c := range order {
-					rs[0].say(t, "clear")
-					runs[c.name] = drive(c.rt, nil, port, c.name, pairRound, func() { time.Sleep(pairRound) })
-				}
-				a, b := runs[byName.name], runs[spread.name]
-				rps = append(rps, float64(b.calls)/float64(a.calls))
-				cpu = append(cpu, float64(b.cpu)/float64(b.calls)/(float64(a.cpu)/float64(a.calls)))
-			}
-			slices.Sort(rps)
-			slices.Sort(cpu)
-			fmt.Fprintf(&out, "%-6s %-11s / %-10s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto, spread.name, byName.name,
+		for _, pair := range [][2]string{{"outbound-1", "outbound-1"}, {"outbound-1", "outbound"}, {"net/http", "round-robin"}, {"net/http", "five-pools"}} {
+			rps, cpu := pairedProcs(t, rs[0], proto, port, pair)
+			fmt.Fprintf(&out, "%-6s %-11s / %-10s calls/s %.3f× [%.3f–%.3f], CPU per call %.3f× [%.3f–%.3f]\n", proto, pair[1], pair[0],
 				rps[len(rps)/2], rps[0], rps[len(rps)-1], cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1])
 		}
 		stop()
@@ -474,9 +529,86 @@ func TestReplicas(t *testing.T) {
 }
 
 const (
-	pairRounds = 7
+	pairRounds = 10
 	pairRound  = 2 * time.Second
 )
+
+// pairedProcs runs the clients named by pair at once, each in a process of its
+// own (TestReplicaClient) with half the callers, for pairRounds rounds of
+// pairRound after one round of warm-up, and returns the second's calls and
+// CPU per call over the first's in each round, sorted. Both share every
+// moment of the machine: what a noisy neighbour takes, it takes from both.
+func pairedProcs(tb testing.TB, server *replica, proto, port string, pair [2]string) (rps, cpu []float64) {
+	tb.Helper()
+	var cs []*replica
+	defer func() { stopProcs(cs) }()
+	for i, name := range pair {
+		c, ready := startProc(tb, "TestReplicaClient", name, "OUTBOUND_REPLICA_CLIENT="+name,
+			"OUTBOUND_REPLICA_PROTO="+proto, "OUTBOUND_REPLICA_PORT="+port, "OUTBOUND_REPLICA_TAG="+strconv.Itoa(i))
+		cs = append(cs, c)
+		if !ready {
+			tb.Fatalf("client %s did not start", name)
+		}
+	}
+	for round := range pairRounds + 1 {
+		server.say(tb, "clear")
+		for _, c := range cs {
+			fmt.Fprintln(c.in, pairRound)
+		}
+		var calls [2]float64
+		var used [2]float64
+		for i, c := range cs {
+			if !c.out.Scan() {
+				tb.Fatalf("client %s: no answer", c.addr)
+			}
+			if _, err := fmt.Sscan(c.out.Text(), &calls[i], &used[i]); err != nil || calls[i] == 0 {
+				tb.Fatalf("client %s: %q (%v)", c.addr, c.out.Text(), err)
+			}
+		}
+		if round > 0 {
+			rps = append(rps, calls[1]/calls[0])
+			cpu = append(cpu, used[1]/calls[1]/(used[0]/calls[0]))
+		}
+	}
+	slices.Sort(rps)
+	slices.Sort(cpu)
+	return rps, cpu
+}
+
+// TestReplicaClient is one client of TestReplicas' paired rounds, in a
+// process of its own: the client named OUTBOUND_REPLICA_CLIENT over
+// OUTBOUND_REPLICA_PROTO to the replicas' OUTBOUND_REPLICA_PORT. It says
+// ready, then for each duration read from its standard input drives half
+// of replicaWorkers callers for that long and answers with its calls and
+// the CPU time it used, in nanoseconds.
+func TestReplicaClient(t *testing.T) {
+	name := os.Getenv("OUTBOUND_REPLICA_CLIENT")
+	if name == "" {
+		t.Skip("a client process of TestReplicas")
+	}
+	port := os.Getenv("OUTBOUND_REPLICA_PORT")
+	var c *replicaClient
+	for _, x := range replicaClients(t, os.Getenv("OUTBOUND_REPLICA_PROTO"), port) {
+		if x.name == name {
+			c = &x
+		}
+	}
+	if c == nil {
+		fmt.Println("no client", name)
+		return
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		d, err := time.ParseDuration(in.Text())
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		run := drive(c.rt, nil, port, name+os.Getenv("OUTBOUND_REPLICA_TAG"), replicaWorkers/2, d, func() { time.Sleep(d) })
+		fmt.Println(run.calls, int64(run.cpu))
+	}
+}
 
 func receivedBy(tb testing.TB, r *replica) int {
 	var st struct{ Received int }
