@@ -459,7 +459,9 @@ func duplicates(tb testing.TB, rs []*replica) int {
 // three scenarios: the first replica stalls 2 s for four seconds of eight;
 // the first answers 503, or resets connections, for four seconds, then
 // heals; and all are healthy. 16 callers, a 1 s deadline per call, one
-// call in five an unkeyed POST.
+// call in five an unkeyed POST. Then, all healthy and paired, the cost of
+// spreading: two clients at once, each in a process of its own
+// (pairedProcs), against one process serving the five addresses.
 func TestReplicas(t *testing.T) {
 	if !*replicasRun {
 		t.Skip("run with -replicas (bench/run.sh does)")

@@ -2,11 +2,15 @@ package drill
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"math"
+	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -224,25 +228,24 @@ func svgNum(v float64) string {
 // timelineView is the geometry of one scenario's picture, computed in Go so
 // that the template only places elements.
 type timelineView struct {
-	Width      float64
-	Height     float64
-	Grid       []svgTick
-	Lines      []float64 // x of breaker transitions, drawn across the lanes
-	LinesY2    float64
-	Band       []bandSegment
-	RowLabels  []svgLabel
-	Marks      []markGroup // one mark per attempt (see drawLanes), or
-	MarkH      float64
-	Bars       []svgBar  // a histogram when there are too many (see histogram)
-	Empty      *svgLabel // "no attempts" note, when there are none
-	AxisY      float64
-	TickY2     float64 // bottom of the tick marks
-	TickTextY  float64
-	Ticks      []svgTick
-	Legend     []legendItem
-	LegendY    float64 // baseline of the legend's text
-	LegendBoxY float64
-	Caption    string
+	Width     float64
+	Height    float64
+	Grid      []svgTick
+	Lines     []float64 // x of breaker transitions, drawn across the lanes
+	LinesY2   float64
+	Band      []bandSegment
+	RowLabels []svgLabel
+	Marks     []markGroup // one mark per attempt (see drawLanes), or
+	MarkH     float64
+	Bars      []svgBar  // a histogram when there are too many (see histogram)
+	Ejected   []svgBar  // an endpoint's ejections, on its lane
+	Empty     *svgLabel // "no attempts" note, when there are none
+	AxisY     float64
+	TickY2    float64 // bottom of the tick marks
+	TickTextY float64
+	Ticks     []svgTick
+	Legend    []legendItem
+	Caption   string
 
 	// Constants, passed so that the template does not repeat them.
 	LabelX, PlotLeft, PlotRight float64
@@ -291,7 +294,8 @@ type svgBar struct {
 }
 
 type legendItem struct {
-	X     float64
+	X, Y  float64 // Y: the text's baseline
+	BoxY  float64
 	Class string
 	Text  string
 	TX    float64
@@ -448,7 +452,7 @@ func buildTimeline(s *ScenarioResult) timelineView {
 		tl.Bars, tl.RowLabels, bucketMs = histogram(s.Events, end, x, top, lanesH)
 		notes = append(notes, fmt.Sprintf("too many to draw one by one, so each column counts the attempts that started in its %s, stacked by kind", humanMs(bucketMs)))
 	default:
-		lanesH, notes = tl.drawLanes(s.Events, x, top)
+		lanesH, notes = tl.drawLanes(s.Events, s.Ejections, x, top)
 	}
 
 	// Faint lines at the transitions tie the band to the attempts below.
@@ -470,10 +474,8 @@ func buildTimeline(s *ScenarioResult) timelineView {
 	}
 	tl.Grid = tl.Ticks
 	tl.TickY2, tl.TickTextY = tl.AxisY+4, tl.AxisY+16
-	tl.LegendY = tl.AxisY + 38
-	tl.LegendBoxY = tl.LegendY - 9
-	tl.Legend = legendItems()
-	tl.Height = tl.LegendY + 8
+	tl.Legend = legendItems(len(tl.Ejected) > 0, tl.AxisY+38)
+	tl.Height = tl.Legend[len(tl.Legend)-1].Y + 8
 
 	tl.Caption = fmt.Sprintf("%d attempts in %d calls over %s", len(s.Events), s.Calls, humanMs(end))
 	if len(notes) > 0 {
@@ -483,10 +485,18 @@ func buildTimeline(s *ScenarioResult) timelineView {
 	return tl
 }
 
-// drawLanes draws one mark per attempt, on lanes of calls (see assignLanes),
-// and returns the lanes' height and what the caption should say about them.
-func (tl *timelineView) drawLanes(events []Mark, x func(float64) float64, top float64) (float64, []string) {
+// drawLanes draws one mark per attempt, on lanes of calls (see assignLanes)
+// or, when the attempts name their endpoints, one lane per endpoint with
+// its ejections shaded; it returns the lanes' height and what the caption
+// should say about them.
+func (tl *timelineView) drawLanes(events []Mark, ejections []Ejection, x func(float64) float64, top float64) (float64, []string) {
+	epLane, epNames := endpointLanes(events, ejections)
 	laneOf, lanes, packed := assignLanes(events, x)
+	lane := func(e Mark) int { return laneOf[e.Call] }
+	if epNames != nil {
+		lanes, packed = len(epNames), false
+		lane = func(e Mark) int { return epLane[e.Endpoint] }
+	}
 	pitch, markH := 12.0, 8.0 // whole units keep the coordinates short
 	if lanes > 24 {           // then maxRows lanes take at most 280 units
 		pitch, markH = 7.0, 5.0
@@ -500,28 +510,104 @@ func (tl *timelineView) drawLanes(events []Mark, x func(float64) float64, top fl
 		g := &groups[kindIndex(e)]
 		g.Marks = append(g.Marks, svgMark{
 			X:     x0,
-			Y:     top + float64(laneOf[e.Call])*pitch + math.Floor((pitch-markH)/2),
+			Y:     top + float64(lane(e))*pitch + math.Floor((pitch-markH)/2),
 			W:     math.Max(x(e.AtMs+math.Max(e.Millis, 0))-x0, minMarkW),
 			Title: markTitle(e),
 		})
 	}
 	tl.Marks, tl.MarkH = groups, markH
 
-	if packed || pitch < 12 { // too tight to name every lane
+	var notes []string
+	switch {
+	case epNames != nil:
+		labels, port := laneNames(epNames)
+		for i, l := range labels {
+			tl.RowLabels = append(tl.RowLabels, svgLabel{X: plotLeft - 6, Y: top + float64(i)*pitch + 9, Text: l})
+		}
+		if port != "" {
+			notes = append(notes, "every endpoint on port "+port)
+		}
+		for _, j := range ejections {
+			x0 := x(j.AtMs)
+			tl.Ejected = append(tl.Ejected, svgBar{X: x0, Y: top + float64(epLane[j.Endpoint])*pitch, W: math.Max(x(j.AtMs+j.Millis)-x0, minMarkW), H: pitch,
+				Class: "ejected", Title: fmt.Sprintf("%s ejected at %s for %s", j.Endpoint, humanMs(j.AtMs), humanMs(j.Millis))})
+		}
+		notes = append(notes, "one lane per endpoint, shaded while it was ejected")
+	case packed || pitch < 12: // too tight to name every lane
 		tl.RowLabels = []svgLabel{{X: plotLeft - 6, Y: top + 8, Text: "attempts"}}
-	} else {
+		notes = append(notes, fmt.Sprintf("%d calls packed into %d lanes, a call's attempts on one lane", len(laneOf), lanes))
+	default:
 		for call, lane := range laneOf {
 			tl.RowLabels = append(tl.RowLabels, svgLabel{X: plotLeft - 6, Y: top + float64(lane)*pitch + 9, Text: "call " + strconv.Itoa(call)})
 		}
 		sort.Slice(tl.RowLabels, func(i, j int) bool { return tl.RowLabels[i].Y < tl.RowLabels[j].Y })
-	}
-	var notes []string
-	if packed {
-		notes = append(notes, fmt.Sprintf("%d calls packed into %d lanes, a call's attempts on one lane", len(laneOf), lanes))
-	} else {
 		notes = append(notes, "one lane per call")
 	}
 	return float64(lanes) * pitch, notes
+}
+
+// laneNames names the endpoints' lanes in the room on the left: without
+// the port when all share it (returned, for the caption), and an address
+// too long cut to its end. The lane of none is "none".
+func laneNames(eps []string) (labels []string, port string) {
+	ports := map[string]bool{}
+	for _, ep := range eps {
+		if ap, err := netip.ParseAddrPort(ep); err == nil {
+			ports[strconv.Itoa(int(ap.Port()))] = true
+		} else if ep != "" {
+			ports[""] = true
+		}
+	}
+	if len(ports) == 1 {
+		for p := range ports {
+			port = p
+		}
+	}
+	for _, ep := range eps {
+		l := ep
+		if ap, err := netip.ParseAddrPort(ep); err == nil && port != "" {
+			l = ap.Addr().String()
+		}
+		if r := []rune(l); len(r) > 9 {
+			l = "…" + string(r[len(r)-8:])
+		}
+		labels = append(labels, cmp.Or(l, "none"))
+	}
+	return labels, port
+}
+
+// endpointLanes gives each endpoint a lane, in the order of their
+// addresses, when the attempts name their endpoints (Config.Endpoints),
+// and a last lane, named "", to the attempts that reached none (rejected
+// before the pick); nil when no attempt names one or there are more than
+// maxRows.
+func endpointLanes(events []Mark, ejections []Ejection) (map[string]int, []string) {
+	seen := map[string]bool{}
+	for _, e := range events {
+		seen[e.Endpoint] = true
+	}
+	for _, j := range ejections {
+		seen[j.Endpoint] = true
+	}
+	names := slices.SortedFunc(maps.Keys(seen), func(a, b string) int {
+		pa, ea := netip.ParseAddrPort(a)
+		pb, eb := netip.ParseAddrPort(b)
+		switch {
+		case a == "" || b == "": // the lane of none last
+			return cmp.Compare(b, a)
+		case ea == nil && eb == nil:
+			return pa.Compare(pb)
+		}
+		return cmp.Compare(a, b)
+	})
+	if len(names) == 0 || names[0] == "" || len(names) > maxRows {
+		return nil, nil
+	}
+	lanes := make(map[string]int, len(names))
+	for i, n := range names {
+		lanes[n] = i
+	}
+	return lanes, names
 }
 
 // assignLanes puts each call on a lane, so that a call's retries line up on
@@ -625,12 +711,18 @@ func histogram(events []Mark, end float64, x func(float64) float64, top, height 
 	return bars, labels, bucketMs
 }
 
-func legendItems() []legendItem {
-	items := make([]legendItem, 0, len(markKinds)+4)
+// legendItems lays the legend out from baseline y, on a second row when
+// the first is full.
+func legendItems(ejected bool, y float64) []legendItem {
+	items := make([]legendItem, 0, len(markKinds)+5)
 	xpos := plotLeft
 	add := func(class, text string) {
-		items = append(items, legendItem{X: xpos, Class: class, Text: text, TX: xpos + 14})
-		xpos += 14 + float64(len(text))*5.8 + 16
+		w := 14 + float64(len(text))*5.8
+		if xpos+w > svgWidth {
+			xpos, y = plotLeft, y+16
+		}
+		items = append(items, legendItem{X: xpos, Y: y, BoxY: y - 9, Class: class, Text: text, TX: xpos + 14})
+		xpos += w + 16
 	}
 	for _, k := range markKinds[:5] { // "other" is rare; not worth the room
 		add(k.class, k.legend)
@@ -640,6 +732,9 @@ func legendItems() []legendItem {
 	add("s-open", "OPEN")
 	add("s-half", "HALF_OPEN")
 	add("s-other", "other state")
+	if ejected {
+		add("ejected", "endpoint ejected")
+	}
 	return items
 }
 
@@ -721,7 +816,7 @@ svg .tk text.end{text-anchor:end}
 .tl line{stroke:#868e96;stroke-dasharray:2 3}
 .axis{stroke:#868e96}
 .s-closed{fill:#8ce99a}.s-open{fill:#ff8787}.s-half{fill:#ffd43b}.s-other{fill:#ced4da}
-.a-ok{fill:var(--ok)}.a-fail{fill:var(--fail)}.a-ns{fill:var(--ns)}.a-amb{fill:var(--amb)}.a-rej{fill:var(--rej)}.a-other{fill:var(--oth)}
+.a-ok{fill:var(--ok)}.a-fail{fill:var(--fail)}.a-ns{fill:var(--ns)}.a-amb{fill:var(--amb)}.a-rej{fill:var(--rej)}.a-other{fill:var(--oth)}.ejected{fill:var(--fail);opacity:.18}
 #render-check{font-size:11px;color:#868e96;margin-top:24px}
 </style>
 </head>
@@ -788,12 +883,13 @@ addEventListener("load", function () {
 <g class="tl">{{range .Lines}}<line x1="{{n .}}" x2="{{n .}}" y1="{{n $.BandBottom}}" y2="{{n $.LinesY2}}"/>{{end}}</g>
 <g>{{range .RowLabels}}<text class="lbl" x="{{n .X}}" y="{{n .Y}}">{{.Text}}</text>{{end}}{{with .Empty}}<text x="{{n .X}}" y="{{n .Y}}" text-anchor="middle">{{.Text}}</text>{{end}}</g>
 <g class="marks">
-{{range .Marks}}{{if .Marks}}<g class="{{.Class}}">
+{{range .Ejected}}<rect class="{{.Class}}" x="{{n .X}}" y="{{n .Y}}" width="{{n .W}}" height="{{n .H}}"><title>{{.Title}}</title></rect>
+{{end}}{{range .Marks}}{{if .Marks}}<g class="{{.Class}}">
 {{range .Marks}}<rect x="{{n .X}}" y="{{n .Y}}" width="{{n .W}}" height="{{n $.MarkH}}"><title>{{.Title}}</title></rect>
 {{end}}</g>
 {{end}}{{end}}{{range .Bars}}<rect class="{{.Class}}" x="{{n .X}}" y="{{n .Y}}" width="{{n .W}}" height="{{n .H}}"><title>{{.Title}}</title></rect>
 {{end}}</g>
 <g class="tk"><line class="axis" x1="{{n .PlotLeft}}" x2="{{n .PlotRight}}" y1="{{n .AxisY}}" y2="{{n .AxisY}}"/>
 {{range .Ticks}}<line class="axis" x1="{{n .X}}" x2="{{n .X}}" y1="{{n $.AxisY}}" y2="{{n $.TickY2}}"/><text{{if .End}} class="end"{{end}} x="{{n .X}}" y="{{n $.TickTextY}}">{{.Label}}</text>{{end}}</g>
-<g class="legend">{{range .Legend}}<rect class="{{.Class}}" x="{{n .X}}" y="{{n $.LegendBoxY}}" width="10" height="10"/><text x="{{n .TX}}" y="{{n $.LegendY}}">{{.Text}}</text>{{end}}</g>
+<g class="legend">{{range .Legend}}<rect class="{{.Class}}" x="{{n .X}}" y="{{n .BoxY}}" width="10" height="10"/><text x="{{n .TX}}" y="{{n .Y}}">{{.Text}}</text>{{end}}</g>
 </svg>{{end}}`

@@ -707,3 +707,66 @@ func statSize(fi os.FileInfo, err error) string {
 	}
 	return fmt.Sprintf("%d bytes", fi.Size())
 }
+
+// TestAttemptsThatNameTheirEndpointsAreDrawnOnALanePerEndpoint: with
+// Config.Endpoints each attempt names its endpoint; the picture then has a
+// lane per endpoint, in address order (127.0.0.10 after 127.0.0.9), with
+// the ejections shaded on their endpoint's lane, and a last lane for the
+// attempts rejected before the pick.
+func TestAttemptsThatNameTheirEndpointsAreDrawnOnALanePerEndpoint(t *testing.T) {
+	s := ScenarioResult{Name: "replicas", Title: "replicas", Protocol: "HTTP1", Passed: true, Millis: 1000, Calls: 4,
+		Events: []Mark{
+			{AtMs: 10, Millis: 5, Call: 1, Category: "Answered", Status: 200, Endpoint: "127.0.0.10:80"},
+			{AtMs: 20, Millis: 5, Call: 2, Category: "Answered", Status: 503, Failure: true, Endpoint: "127.0.0.9:80"},
+			{AtMs: 30, Millis: 5, Call: 2, Category: "Answered", Status: 200, Endpoint: "127.0.0.10:80"},
+			{AtMs: 40, Millis: 0, Call: 3, Category: "LocalRejection", Guard: "rate"},
+		},
+		Ejections: []Ejection{{AtMs: 25, Millis: 500, Endpoint: "127.0.0.9:80"}},
+	}
+	tl := buildTimeline(&s)
+	var labels []string
+	for _, l := range tl.RowLabels {
+		labels = append(labels, l.Text)
+	}
+	if fmt.Sprint(labels) != "[127.0.0.9 …7.0.0.10 none]" {
+		t.Fatalf("lanes %v, want one per endpoint in address order (without their common port, cut to fit), then none", labels)
+	}
+	if !strings.Contains(tl.Caption, "every endpoint on port 80") {
+		t.Errorf("caption %q does not give the common port", tl.Caption)
+	}
+	laneY := func(i int) float64 { return tl.RowLabels[i].Y - 9 } // a label sits 9 below its lane's top
+	var marks []svgMark
+	for _, g := range tl.Marks {
+		marks = append(marks, g.Marks...)
+	}
+	onLane := map[int]int{}
+	for _, m := range marks {
+		for i := range labels {
+			if m.Y >= laneY(i) && m.Y < laneY(i)+12 {
+				onLane[i]++
+			}
+		}
+	}
+	if onLane[0] != 1 || onLane[1] != 2 || onLane[2] != 1 {
+		t.Errorf("marks per lane %v, want 1 on .9, 2 on .10, 1 on none", onLane)
+	}
+	if len(tl.Ejected) != 1 || tl.Ejected[0].Y != laneY(0) || !strings.Contains(tl.Ejected[0].Title, "127.0.0.9:80 ejected") {
+		t.Errorf("ejections drawn %+v, want one on the lane of 127.0.0.9:80", tl.Ejected)
+	}
+	if !strings.Contains(tl.Caption, "one lane per endpoint") {
+		t.Errorf("caption %q does not say the lanes are endpoints", tl.Caption)
+	}
+	page := string(renderHTML(t, &Report{Scenarios: []ScenarioResult{s}}))
+	if !strings.Contains(page, `class="ejected"`) || !strings.Contains(page, "endpoint ejected") {
+		t.Error("the page draws no ejection, or its legend does not name it")
+	}
+
+	// Without endpoints: lanes of calls, as before.
+	for i := range s.Events {
+		s.Events[i].Endpoint = ""
+	}
+	s.Ejections = nil
+	if tl := buildTimeline(&s); !strings.Contains(tl.Caption, "one lane per call") || len(tl.Ejected) != 0 {
+		t.Errorf("without endpoints: caption %q, %d ejections", tl.Caption, len(tl.Ejected))
+	}
+}

@@ -33,6 +33,14 @@ type ScenarioResult struct {
 	// Timeline, in milliseconds from the scenario's start.
 	Transitions []Transition `json:"transitions"`
 	Events      []Mark       `json:"events"`
+	Ejections   []Ejection   `json:"ejections,omitempty"` // with Config.Endpoints
+}
+
+// Ejection is an endpoint kept out of the picks, from AtMs for Millis.
+type Ejection struct {
+	AtMs     float64 `json:"at_ms"`
+	Millis   float64 `json:"duration_ms"`
+	Endpoint string  `json:"endpoint"`
 }
 
 // Check is one verdict: what must hold, and what was seen.

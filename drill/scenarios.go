@@ -524,10 +524,13 @@ func badReplica(e *env) {
 	var firstAt int = -1       // the attempts it had got when first ejected
 	var ejectedUntil time.Time // the end of its latest ejection
 	own.Endpoints = &attempt.Endpoints{Resolver: names, Ejection: attempt.Ejection{BaseTime: time.Second, MaxShare: 0.34},
-		OnEject: func(_, _ string, d time.Duration) {
+		OnEject: func(_, ep string, d time.Duration) {
 			if d == 0 {
 				return
 			}
+			e.mu.Lock()
+			e.res.Ejections = append(e.res.Ejections, Ejection{AtMs: e.now(), Millis: ms(d), Endpoint: ep})
+			e.mu.Unlock()
 			mu.Lock()
 			defer mu.Unlock()
 			if firstAt < 0 {
