@@ -46,6 +46,8 @@ type call struct {
 	allowance  *hedgeAllowance // the upstream's hedges, when hedging
 	lat        *latency        // the upstream's latencies, for adaptive hedging
 
+	deadline *Deadline // how its attempts send their deadline (Config.Deadline), if its host gets it
+
 	elsewhere attempt.Elsewhere // the endpoints its attempts went to (Config.Endpoints)
 	endpoint  string            // the endpoint of its attempt in progress, outside hedged rounds (no allocation per attempt)
 }
@@ -105,12 +107,16 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.header.Set("Idempotency-Key", c.out.IdempotencyKey)
 		c.hasKey = true
 	}
+	c.deadline = t.deadline.forHost(c.info.Host)
 	c.hedging = t.hedging
 	if opts.setHedging {
 		c.hedging = opts.hedging
 		if c.hedging.validate() != nil {
 			c.hedging = nil // out of range: WithHedging cannot return an error
 		}
+	}
+	if _, ok := c.ctx.Deadline(); ok && t.finishQ > 0 && c.route != nil {
+		c.lat = us.latencies() // the time an attempt needs (Config.FinishQuantile)
 	}
 	if h := c.hedging; h != nil && c.route != nil {
 		c.hedgeable = c.replayable && (c.idempotent || h.Keyed && c.hasKey)
@@ -139,6 +145,9 @@ func (c *call) run() (*http.Response, error) {
 	h := &c.t.hooks
 	var notBefore time.Time // after a lifecycle failure: no connection as old as the one that failed
 	transparent := false    // the attempt about to be made is a transparent retry
+	if c.cannotFinish() {
+		return c.end(nil, outcome.CannotFinish, outcome.ErrCannotFinish, noop)
+	}
 	for n, physical := 1, 1; ; physical++ {
 		body, err := c.attemptBody()
 		if err != nil {
@@ -158,6 +167,8 @@ func (c *call) run() (*http.Response, error) {
 			actx, acancel = context.WithTimeoutCause(actx, c.t.attemptTimeout, classify.ErrAttemptTimeout)
 			asIs = false
 		}
+		header, own := c.attemptHeader(actx)
+		asIs = asIs && own
 		var resp *http.Response
 		var a outcome.Attempt
 		if delay, ok := c.hedgeDelay(n); ok {
@@ -171,7 +182,7 @@ func (c *call) run() (*http.Response, error) {
 			start := clock.Now()
 			c.endpoint = ""
 			resp, err = c.t.attempts.AttemptOn(actx, c.route, c.req,
-				attempt.Options{AsIs: asIs, Header: c.header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
+				attempt.Options{AsIs: asIs, Header: header, Body: body, NotBefore: notBefore, OneShot: !c.replayable,
 					Unretryable: !c.replayable || !c.idempotent && !c.hasKey, Elsewhere: &c.elsewhere, Endpoint: &c.endpoint})
 			a = record(resp, err, time.Duration(clock.Now()-start))
 			a.Endpoint = c.endpoint
@@ -404,9 +415,29 @@ func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input 
 		}
 	}
 	if dl, ok := c.ctx.Deadline(); ok {
-		in.HasDeadline, in.Remaining = true, time.Until(dl)
+		in.HasDeadline, in.Remaining, in.Expected = true, time.Until(dl), c.needs()
 	}
 	return in
+}
+
+// cannotFinish reports whether an attempt begun now would most likely not
+// end before the call's deadline (Config.FinishQuantile).
+func (c *call) cannotFinish() bool {
+	n := c.needs()
+	if n <= 0 {
+		return false
+	}
+	dl, ok := c.ctx.Deadline()
+	return ok && time.Until(dl) < n
+}
+
+// needs returns how long an attempt of the call is expected to take
+// (Config.FinishQuantile of its upstream's recent answers), 0 if not known.
+func (c *call) needs() time.Duration {
+	if c.t.finishQ <= 0 {
+		return 0
+	}
+	return c.lat.needs()
 }
 
 // sleep waits d or until the call's context ends, and reports whether it

@@ -21,3 +21,6 @@ func BudgetOf(t *Transport, key string) (*retry.Budget, bool) {
 // HedgeBurst is how many hedges an upstream may send at once beyond what
 // its rounds earned.
 const HedgeBurst = hedgeBurst
+
+// DeadlineSentTo reports whether t's attempts to host carry the deadline.
+func DeadlineSentTo(t *Transport, host string) bool { return t.deadline.forHost(host) != nil }

@@ -162,6 +162,26 @@ type latency struct {
 	// the answers cluster within a bucket — does not move the extra load.
 	rounds, hedged atomic.Int64
 	target, adj    atomic.Int64 // millionths
+
+	// finishQ is the quantile of the latencies an attempt needs left
+	// before its deadline (Config.FinishQuantile), 0 for none, and finish
+	// that quantile, refreshed every finishEvery samples: 0 while there are
+	// too few.
+	finishQ float64
+	finish  atomic.Int64
+}
+
+// finishEvery is how often, in samples, the time an attempt needs is
+// computed again: a quantile reads 512 counts, a sample adds one.
+const finishEvery = 32
+
+// needs returns how long an attempt is expected to take — the quantile
+// finishQ of the recent latencies — and 0 when that is not known.
+func (l *latency) needs() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return time.Duration(l.finish.Load())
 }
 
 // round counts a round of a call with hedging of extraLoad, and whether
@@ -221,7 +241,13 @@ func latencyBucket(d time.Duration) int {
 // its answer would have come later).
 func (l *latency) record(d time.Duration) {
 	l.counts[latencyBucket(d)].Add(latencyOne)
-	if l.n.Add(1) >= latencyWindow && l.halve.TryLock() {
+	n := l.n.Add(1)
+	if l.finishQ > 0 && n%finishEvery == 0 {
+		if q, ok := l.at(l.finishQ); ok {
+			l.finish.Store(int64(q))
+		}
+	}
+	if n >= latencyWindow && l.halve.TryLock() {
 		for i := range l.counts {
 			c := &l.counts[i]
 			for v := c.Load(); !c.CompareAndSwap(v, v/2); v = c.Load() {
@@ -236,7 +262,12 @@ func (l *latency) record(d time.Duration) {
 // quantile returns the latency below which a share q of the recorded ones
 // lie (interpolated within its bucket), and false while there are too few.
 func (l *latency) quantile(q float64) (time.Duration, bool) {
-	q = min(q+float64(l.adj.Load())/1e6, 0.999)
+	return l.at(min(q+float64(l.adj.Load())/1e6, 0.999))
+}
+
+// at returns the latency below which a share q of the recorded ones lie,
+// without quantile's correction for the hedges' load.
+func (l *latency) at(q float64) (time.Duration, bool) {
 	var counts [latencyBuckets]uint32
 	var total uint64
 	for i := range l.counts {
@@ -265,11 +296,11 @@ func (l *latency) quantile(q float64) (time.Duration, bool) {
 }
 
 // latencies returns the latency estimate of the upstream s belongs to,
-// made at its first use: most upstreams are never hedged adaptively.
+// made at its first use: by adaptive hedging, or a call with a deadline.
 func (s *upstreamState) latencies() *latency {
 	if l := s.lat.Load(); l != nil {
 		return l
 	}
-	s.lat.CompareAndSwap(nil, &latency{})
+	s.lat.CompareAndSwap(nil, &latency{finishQ: s.finishQ})
 	return s.lat.Load()
 }

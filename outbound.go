@@ -139,6 +139,20 @@ type Config struct {
 	// Hedging). Nil means no hedging; WithHedging sets it per call.
 	Hedging *Hedging
 
+	// FinishQuantile is the share of the upstream's recent answers that
+	// must fit in the time left before a call's deadline for an attempt to
+	// begin: with less left, the attempt would most likely not finish, the
+	// upstream's work for it would be lost, and the call ends at once, not
+	// sent (outcome.CannotFinish); a retry whose wait and attempt do not
+	// fit is not made. Zero means DefaultFinishQuantile, the median;
+	// negative begins every attempt. Calls without a deadline, and an
+	// upstream with fewer than 64 recent answers, are not judged.
+	FinishQuantile float64
+
+	// Deadline, if set, sends each attempt to the hosts it names how long
+	// it has left, in a header (see Deadline). Nil means no host gets it.
+	Deadline *Deadline
+
 	// IdleConnTimeout closes a connection that has carried no request for
 	// this long. Zero means the Transport's IdleConnTimeout, and if that is
 	// zero too, 90 seconds: net/http then keeps idle connections forever,
@@ -186,6 +200,10 @@ type Config struct {
 	Hooks Hooks
 }
 
+// DefaultFinishQuantile is Config.FinishQuantile when zero: an attempt
+// begins only with at least the upstream's median latency left.
+const DefaultFinishQuantile = 0.5
+
 // DefaultMaxAttempts is the attempts of one call, the first included, when
 // Config.MaxAttempts is zero.
 const DefaultMaxAttempts = 3
@@ -219,6 +237,8 @@ type Transport struct {
 
 	openOnRetryAfter func(int) bool
 	hedging          *Hedging
+	deadline         *Deadline
+	finishQ          float64 // Config.FinishQuantile; 0: every attempt is begun
 }
 
 // upstreamState is what the Transport keeps per upstream beside the attempt
@@ -226,9 +246,10 @@ type Transport struct {
 // (attempt.Config.UpstreamState): the retry budget, and the latencies that
 // adaptive hedging learns from.
 type upstreamState struct {
-	budget *retry.Budget
-	lat    atomic.Pointer[latency]
-	hedges hedgeAllowance
+	budget  *retry.Budget
+	lat     atomic.Pointer[latency]
+	hedges  hedgeAllowance
+	finishQ float64 // Config.FinishQuantile, for lat; 0: none
 }
 
 // Learned reports whether s holds what recent outcomes taught and a new
@@ -262,6 +283,13 @@ func New(cfg Config) (*Transport, error) {
 		cfg.Endpoints = &ec
 	}
 	budget := cfg.Budget
+	finishQ := cfg.FinishQuantile
+	switch {
+	case finishQ == 0:
+		finishQ = DefaultFinishQuantile
+	case finishQ < 0:
+		finishQ = 0
+	}
 	at, err := attempt.New(attempt.Config{HTTPTransport: cfg.HTTPTransport, Admission: cfg.Admission,
 		UpstreamKey: cfg.UpstreamKey, IsFailure: cfg.IsFailure, IdleConnTimeout: cfg.IdleConnTimeout,
 		UpstreamIdleTime: cfg.UpstreamIdleTime, MaxUpstreams: cfg.MaxUpstreams, OnForget: cfg.Hooks.UpstreamForgotten, // which recovers its panics
@@ -269,7 +297,7 @@ func New(cfg Config) (*Transport, error) {
 		BreakerRecords: cfg.BreakerRecords, DistrustRefusedStream: cfg.DistrustRefusedStream,
 		UpstreamState: func(string) any {
 			b, _ := retry.NewBudget(budget) // validated above
-			return &upstreamState{budget: b}
+			return &upstreamState{budget: b, finishQ: finishQ}
 		}})
 	if err != nil {
 		return nil, cfgerr.In("outbound", "", err)
@@ -277,8 +305,9 @@ func New(cfg Config) (*Transport, error) {
 	t := &Transport{attempts: at, retryable: cfg.RetryableStatus, maxAttempts: cfg.MaxAttempts,
 		backoff: cfg.Backoff, maxRetryAfter: cfg.MaxRetryAfter, budgetCfg: cfg.Budget,
 		timeout: cfg.Timeout, attemptTimeout: cfg.AttemptTimeout, idemKeys: cfg.IdempotencyKeys, hooks: cfg.Hooks,
-		openOnRetryAfter: cfg.OpenOnRetryAfter}
+		openOnRetryAfter: cfg.OpenOnRetryAfter, finishQ: finishQ}
 	t.hedging = cfg.Hedging.clone()
+	t.deadline = cfg.Deadline.clone()
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}
@@ -417,9 +446,14 @@ func validate(cfg *Config) error {
 	if err := cfg.Hedging.validate(); err != nil {
 		return err
 	}
+	if err := cfg.Deadline.validate(); err != nil {
+		return err
+	}
 	switch {
 	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > 100:
 		return cfgerr.New("outbound", "MaxAttempts", "must be in [0, 100], got %d", cfg.MaxAttempts)
+	case cfg.FinishQuantile >= 1:
+		return cfgerr.New("outbound", "FinishQuantile", "must be below 1 (negative: off), got %v", cfg.FinishQuantile)
 	case cfg.MaxRetryAfter < 0:
 		return cfgerr.New("outbound", "MaxRetryAfter", "must be >= 0, got %v", cfg.MaxRetryAfter)
 	case cfg.Timeout < 0:

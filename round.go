@@ -233,8 +233,8 @@ func (r *round) tick() {
 	if l := c.lat; l != nil && len(r.hedges) == 0 {
 		l.timerLate(time.Duration(clock.Now()-r.fireAt), r.delay)
 	}
-	if r.closed || r.left == 0 || c.ctx.Err() != nil {
-		r.mu.Unlock()
+	if r.closed || r.left == 0 || c.ctx.Err() != nil || c.cannotFinish() {
+		r.mu.Unlock() // a hedge with too little time left would not finish either
 		return
 	}
 	if !c.budget.Allows() || !c.allowance.tryTake() {
@@ -295,7 +295,8 @@ func (f *flight) takeOff() {
 // fly makes f's attempt and describes how it landed.
 func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
-	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: c.header, Body: body, NotBefore: r.notBefore, Provisional: true,
+	header, _ := c.attemptHeader(f.actx)
+	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: header, Body: body, NotBefore: r.notBefore, Provisional: true,
 		Elsewhere: &c.elsewhere, Endpoint: &f.endpoint})
 	now := clock.Now()
 	a := record(resp, err, time.Duration(now-f.start))

@@ -171,4 +171,20 @@ else
 	echo "TestReplicas failed" >&2
 	exit 1
 fi
+# Callers whose deadlines are shorter than the upstream's slow path (30 s).
+echo "deadlines sent on, and no attempt that cannot finish (TestDeadlines)" >&2
+if dl=$("$work/bench.test" -test.run '^TestDeadlines$' -deadlines -test.v 2>&1); then
+	{
+		echo
+		echo "## Deadlines (TestDeadlines)"
+		echo
+		echo '```'
+		printf '%s\n' "$dl" | sed -n '/CLIENT/,/^--- /p' | grep -v '^--- ' | sed 's/^        //'
+		echo '```'
+	} >>RESULTS.md
+else
+	printf '%s\n' "$dl" >&2
+	echo "TestDeadlines failed" >&2
+	exit 1
+fi
 echo "wrote RESULTS.md in $((SECONDS - start)) s" >&2

@@ -57,12 +57,14 @@ const (
 	Cancelled                       // the caller cancelled the call during an attempt
 	AnswerTooLarge                  // a retry was allowed, but the answer was too large to keep until it was certain: it is the call's answer
 	CircuitOpened                   // a retry was allowed, but the answer opened the upstream's breaker for its Retry-After: it is the call's answer
+	CannotFinish                    // the time left before the deadline was less than the upstream's answers take: no attempt was begun
 )
 
 var endNames = [...]string{Decided: "decided", ContextDone: "context done while waiting to retry",
 	BodyUnavailable: "GetBody failed", DeadlineExceeded: "deadline expired during an attempt",
 	Cancelled: "cancelled by the caller", AnswerTooLarge: "answer too large to keep while retrying",
-	CircuitOpened: "the answer opened the circuit until its Retry-After"}
+	CircuitOpened: "the answer opened the circuit until its Retry-After",
+	CannotFinish:  "too little time left before the deadline for an attempt"}
 
 func (e End) String() string {
 	if int(e) < len(endNames) && endNames[e] != "" {
@@ -86,6 +88,10 @@ var (
 	ErrUnknown = errors.New("commit status unknown: the upstream may have processed the call")
 	// ErrNotCommitted: the upstream did not process the call.
 	ErrNotCommitted = errors.New("not committed: the upstream did not process the call")
+	// ErrCannotFinish: the call was not sent, for the time left before its
+	// deadline was less than the upstream's recent answers took (End
+	// CannotFinish).
+	ErrCannotFinish = errors.New("too little time left before the deadline: the upstream's recent answers took longer")
 )
 
 // Attempt is one physical attempt of a call.

@@ -28,7 +28,7 @@
 //  7. A failure that came from the connection's life (a graceful GOAWAY, the
 //     keep-alive race: see classify.Lifecycle) is retried at once and
 //     transparently — no attempt counted, no budget spent — once per
-//     attempt, if the deadline has not passed. A second one in a row follows
+//     attempt, if an attempt still fits before the deadline (see 10). A second one in a row follows
 //     the rules below, so a server that fails every new connection cannot
 //     make a loop.
 //  8. Attempts are bounded.
@@ -36,7 +36,9 @@
 //     otherwise the answer is returned at once instead of waiting in vain.
 //     One the client caps (longer than MaxRetryAfter) is declined the same
 //     way: retrying earlier than the server asked would disobey it.
-//  10. The backoff must fit before the deadline, too.
+//  10. The backoff must fit before the deadline, too, with the attempt after
+//     it when the time an attempt takes is known (Input.Expected): an
+//     attempt that cannot finish is not begun.
 //  11. The retry budget must allow it (see Budget), so that a dead upstream
 //     does not receive a storm of retries — except after an attempt that a
 //     connection the server was taking down ended (see Drained): that one
@@ -90,6 +92,11 @@ type Input struct {
 	HasDeadline bool
 	Remaining   time.Duration
 
+	// Expected is how long an attempt is expected to take (the upstream's
+	// recent answers); 0 when not known. A retry whose wait and attempt do
+	// not fit in Remaining is not made.
+	Expected time.Duration
+
 	// BudgetAllows reports whether the retry budget allows a retry.
 	BudgetAllows bool
 
@@ -113,7 +120,7 @@ const (
 	AttemptsExhausted                          // MaxAttempts reached
 	RetryAfterBeyondDeadline                   // the Retry-After wait does not fit before the deadline
 	RetryAfterTooLong                          // the Retry-After wait is longer than the client's cap
-	DeadlineTooClose                           // the backoff does not fit before the deadline
+	DeadlineTooClose                           // the backoff, and the attempt after it, do not fit before the deadline
 	BudgetExhausted                            // the retry budget is spent
 	Transparent                                // retried at once, not counted: the connection's life ended the attempt
 	InvalidRequest                             // the request is invalid: it cannot be sent
@@ -124,7 +131,7 @@ const (
 var reasonNames = [...]string{Retryable: "retryable", FinalAnswer: "answered", RefusedLocally: "rejected locally",
 	OneShotBody: "one-shot body already sent", NotIdempotent: "not idempotent and may have been processed",
 	AttemptsExhausted: "attempts exhausted", RetryAfterBeyondDeadline: "Retry-After beyond the deadline",
-	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff beyond the deadline",
+	RetryAfterTooLong: "Retry-After longer than the cap", DeadlineTooClose: "backoff and attempt beyond the deadline",
 	BudgetExhausted: "retry budget exhausted", Transparent: "transparent retry (the connection's life, not the upstream)",
 	InvalidRequest: "invalid request", WouldRecur: "would fail the same way again", OwnFailure: "the client's own fault (its request body, or the client closed)"}
 
@@ -198,7 +205,7 @@ func Decide(in Input) Decision {
 		return no(NotIdempotent)
 	}
 	if in.Lifecycle && !in.TransparentUsed && in.Category != classify.Answered {
-		if in.HasDeadline && in.Remaining <= 0 {
+		if in.HasDeadline && in.Remaining <= max(in.Expected, 0) {
 			return no(DeadlineTooClose)
 		}
 		return Decision{Retry: true, Reason: Transparent}
@@ -216,7 +223,7 @@ func Decide(in Input) Decision {
 		}
 		wait = max(wait, in.RetryAfter)
 	}
-	if in.HasDeadline && wait >= in.Remaining {
+	if in.HasDeadline && wait+max(in.Expected, 0) >= in.Remaining {
 		return no(DeadlineTooClose)
 	}
 	if !in.BudgetAllows && !Drained(in.Evidence, in.Lifecycle) {

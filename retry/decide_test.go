@@ -93,6 +93,31 @@ func TestBackoffMustFitBeforeTheDeadline(t *testing.T) {
 	}
 }
 
+// TestTheBackoffAndTheAttemptAfterItMustFitBeforeTheDeadline: with the
+// time an attempt takes known (Expected), a retry is made only if its wait
+// and its attempt fit in what is left; a transparent retry (no wait) only
+// if its attempt does.
+func TestTheBackoffAndTheAttemptAfterItMustFitBeforeTheDeadline(t *testing.T) {
+	in := base()
+	in.Backoff, in.Remaining, in.Expected = 100*time.Millisecond, 300*time.Millisecond, 150*time.Millisecond
+	if d := retry.Decide(in); !d.Retry {
+		t.Fatalf("100 ms + 150 ms in 300 ms: %+v", d)
+	}
+	in.Expected = 200 * time.Millisecond
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.DeadlineTooClose {
+		t.Fatalf("100 ms + 200 ms in 300 ms: %+v", d)
+	}
+	in.Lifecycle, in.Category = true, classify.NotSent
+	in.Remaining = 199 * time.Millisecond
+	if d := retry.Decide(in); d.Retry || d.Reason != retry.DeadlineTooClose {
+		t.Fatalf("transparent, 200 ms needed in 199 ms: %+v", d)
+	}
+	in.Remaining = 201 * time.Millisecond
+	if d := retry.Decide(in); !d.Retry || d.Reason != retry.Transparent {
+		t.Fatalf("transparent, 200 ms needed in 201 ms: %+v", d)
+	}
+}
+
 func TestAttemptsAndBudgetBoundRetries(t *testing.T) {
 	in := base()
 	in.Attempts = 3
