@@ -11,6 +11,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/internal/clock"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/outcome"
@@ -46,7 +47,8 @@ type call struct {
 	allowance  *hedgeAllowance // the upstream's hedges, when hedging
 	lat        *latency        // the upstream's latencies, for adaptive hedging
 
-	deadline *Deadline // how its attempts send their deadline (Config.Deadline), if its host gets it
+	deadline  *Deadline // how its attempts send their deadline (Config.Deadline), if its host gets it
+	sheddable bool      // its context says criticality.Sheddable
 
 	elsewhere attempt.Elsewhere // the endpoints its attempts went to (Config.Endpoints)
 	endpoint  string            // the endpoint of its attempt in progress, outside hedged rounds (no allocation per attempt)
@@ -108,6 +110,7 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.hasKey = true
 	}
 	c.deadline = t.deadline.forHost(c.info.Host)
+	c.sheddable = criticality.Of(c.ctx) == criticality.Sheddable
 	c.hedging = t.hedging
 	if opts.setHedging {
 		c.hedging = opts.hedging
@@ -386,11 +389,17 @@ func (c *call) verdict(n int, a outcome.Attempt, resp *http.Response, final, tra
 		c.budget.OnFailure()
 	}
 	if d.Reason == retry.BudgetExhausted { // every other rule allows a retry
-		in.BudgetAllows = c.budget.Allows()
+		in.BudgetAllows = c.budget.Allows() && (!c.sheddable || c.budget.Above(sheddableBudget))
 		d = retry.Decide(in)
 	}
 	return d, outcome.Decided
 }
+
+// sheddableBudget is the share of its retry budget an upstream must hold
+// for a sheddable call (package criticality) to be retried or hedged: above
+// that of every other call (half), so that when failures drain the budget
+// the sheddable calls stop retrying first.
+const sheddableBudget = 0.75
 
 func (c *call) input(n int, a outcome.Attempt, resp *http.Response) retry.Input {
 	in := retry.Input{

@@ -101,15 +101,22 @@ func TestEachLayerDependsOnlyOnTheLayersBelowIt(t *testing.T) {
 		{"outcome depends on nothing of the module but classify, retry and internal/",
 			func(p string) bool { return p == "outcome" },
 			func(d string) bool { return d == "classify" || d == "retry" || under(d, "internal") }},
+		{"criticality depends on nothing of the module",
+			func(p string) bool { return p == "criticality" },
+			func(d string) bool { return false }},
 		{"admission never depends on attempt, retry, outcome or the root",
 			func(p string) bool { return under(p, "admission") },
-			func(d string) bool { return under(d, "admission") || d == "classify" || under(d, "internal") }},
+			func(d string) bool {
+				return under(d, "admission") || d == "classify" || d == "criticality" || under(d, "internal")
+			}},
 		{"a guard depends on no other guard and not on admission",
 			func(p string) bool { return under(p, "admission") && p != "admission" },
-			func(d string) bool { return under(d, "internal") }},
+			func(d string) bool { return d == "criticality" || under(d, "internal") }},
 		{"attempt never depends on retry, outcome or the root",
 			func(p string) bool { return p == "attempt" },
-			func(d string) bool { return under(d, "admission") || d == "classify" || under(d, "internal") }},
+			func(d string) bool {
+				return under(d, "admission") || d == "classify" || d == "criticality" || under(d, "internal")
+			}},
 		{"the library never depends on the drill, the test upstream or the command",
 			func(p string) bool {
 				return !under(p, "drill") && !under(p, "outboundtest") && !under(p, "cmd") && !under(p, "interop") && !under(p, "soak")

@@ -237,7 +237,7 @@ func (r *round) tick() {
 		r.mu.Unlock() // a hedge with too little time left would not finish either
 		return
 	}
-	if !c.budget.Allows() || !c.allowance.tryTake() {
+	if !c.budget.Allows() || c.sheddable && !c.budget.Above(sheddableBudget) || !c.allowance.tryTake() {
 		// Withheld: told now, counted in the outcome when the round ends.
 		// The timer is not armed again: the round sends no more hedges.
 		r.held++

@@ -46,7 +46,7 @@ func TestEveryExportedNameIsListedInTheDesign(t *testing.T) {
 		listed[text[h[2]:h[3]]] = names
 	}
 	for _, dir := range []string{".", "admission", "admission/circuit", "admission/throttle", "admission/ratelimit",
-		"admission/bulkhead", "attempt", "classify", "retry", "outcome"} {
+		"admission/bulkhead", "attempt", "classify", "retry", "outcome", "criticality"} {
 		pkg := "outbound"
 		if dir != "." {
 			pkg = dir

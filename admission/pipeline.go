@@ -36,7 +36,7 @@ import (
 // The throttle's and the limiter's methods that take a clock reading
 // instead of reading the clock (package clocked).
 var (
-	throttleAllow  = clocked.ThrottleAllow.(func(*throttle.Throttle, int64) bool)
+	throttleAllow  = clocked.ThrottleAllow.(func(*throttle.Throttle, int64, context.Context) bool)
 	throttleAccept = clocked.ThrottleAccept.(func(*throttle.Throttle, int64))
 	throttleFail   = clocked.ThrottleFail.(func(*throttle.Throttle, int64))
 	limiterTake    = clocked.LimiterTake.(func(*ratelimit.Limiter, int64) bool)
@@ -211,7 +211,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 		// One clock reading for the throttle and the rate limiter, and for
 		// the throttle again when the attempt ends (at + its duration).
 		at = clock.Now()
-		if !throttleAllow(p.throttle, at) {
+		if !throttleAllow(p.throttle, at, ctx) {
 			p.event(classify.GuardThrottle, Reject, throttle.ErrThrottled)
 			p.releaseCircuit(&cp)
 			return Permit{}, p.errThrottled
@@ -238,7 +238,7 @@ func (p *Pipeline) Acquire(ctx context.Context) (Permit, error) {
 	if p.limiter != nil || p.shared != nil {
 		p.event(classify.GuardRate, Enter, nil)
 	}
-	if p.bulkhead != nil && !p.bulkhead.TryAcquire() {
+	if p.bulkhead != nil {
 		if err := p.bulkhead.Acquire(ctx); err != nil {
 			p.event(classify.GuardBulkhead, Reject, err)
 			if !mutate.SkipRateRefundOnBulkheadRejection.Load() {

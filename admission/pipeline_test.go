@@ -16,6 +16,7 @@ import (
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/internal/mutate"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -632,5 +633,29 @@ func TestAPipelineHasLearnedWhatANewOneWouldNotKnow(t *testing.T) {
 				t.Fatal("nothing learned")
 			}
 		})
+	}
+}
+
+// TestThePipelinePassesTheCallsCriticalityToItsGuards: through Acquire, a
+// sheddable call leaves a tenth of the bulkhead's slots free, and a
+// critical call takes the last ones.
+func TestThePipelinePassesTheCallsCriticalityToItsGuards(t *testing.T) {
+	p, err := admission.New(admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(ctx context.Context) (n int) {
+		for {
+			if _, err := p.Acquire(ctx); err != nil {
+				return n
+			}
+			n++
+		}
+	}
+	if n := count(criticality.With(context.Background(), criticality.Sheddable)); n != 9 {
+		t.Fatalf("sheddable calls got %d slots of 10, want 9", n)
+	}
+	if n := count(criticality.With(context.Background(), criticality.Critical)); n != 1 {
+		t.Fatalf("then critical calls got %d, want the last one", n)
 	}
 }

@@ -74,6 +74,10 @@ func (b *Budget) add(delta int64) {
 // Allows reports whether a retry may be made now.
 func (b *Budget) Allows() bool { return b.milli.Load() > b.max/2 }
 
+// Above reports whether the bucket holds more than share of the tokens it
+// can hold: Allows is Above(0.5).
+func (b *Budget) Above(share float64) bool { return float64(b.milli.Load()) > share*float64(b.max) }
+
 // Full reports whether the bucket holds every token it can.
 func (b *Budget) Full() bool { return b.milli.Load() == b.max }
 

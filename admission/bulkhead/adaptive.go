@@ -1,11 +1,14 @@
 package bulkhead
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboundhq/outbound/criticality"
 )
 
 // The adaptive mode (Config.Adaptive) learns the limit from the latency of
@@ -141,6 +144,37 @@ func newAdaptive(cfg Config) *adaptive {
 func (a *adaptive) resize(n int64) {
 	a.size.Store(n)
 	a.sqEvery.Store(1<<max(bits.Len64(uint64(n-1))-bits.Len64(maxSquared-1), 0) - 1)
+}
+
+// tryFor is tryAcquire for a call of the criticality ctx carries, looked
+// up only near the limit (see Bulkhead.reserve). A call refused for the
+// reserve alone does not mark the limit reached: the limit did not bind.
+func (a *adaptive) tryFor(h *Bulkhead, ctx context.Context) (bool, criticality.Level) {
+	l := criticality.Default
+	looked := false
+	for {
+		v, lim := a.slots.Load(), a.limit.Load()
+		n := v & slotMask
+		var r int64
+		if lim-n <= 2*tenth(lim) {
+			if !looked {
+				l, looked = criticality.Of(ctx), true
+			}
+			r = h.reserve(l, lim)
+		}
+		if n >= lim-r {
+			if n >= lim {
+				a.markReached()
+			}
+			return false, l
+		}
+		if a.slots.CompareAndSwap(v, v+1) {
+			if n+1 >= lim {
+				a.markReached()
+			}
+			return true, l
+		}
+	}
 }
 
 func (a *adaptive) tryAcquire() bool {

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/shard"
 )
@@ -73,11 +74,16 @@ type Bulkhead struct {
 	waiting   atomic.Int64 // len(waiters), readable without the lock
 	contended atomic.Int64 // failed compare-and-swaps on free, until striped
 	max       int64
+	far       int64 // free slots above which no reserve applies: twice a tenth of max
 	maxWait   time.Duration
 	ad        *adaptive // the adaptive mode, if on
 
+	// critical is set once a critical call has asked for a slot near the
+	// limit: from then on, room is kept for critical calls (see reserve).
+	critical atomic.Bool
+
 	mu      sync.Mutex
-	waiters []chan struct{}
+	waiters [3][]chan struct{} // by criticality: sheddable, default, critical; woken critical first
 }
 
 // New validates cfg and returns a Bulkhead, or nil (no limit) when
@@ -99,7 +105,7 @@ func New(cfg Config) (*Bulkhead, error) {
 	if err := validateAdaptive(cfg); err != nil || cfg.MaxConcurrent == 0 {
 		return nil, err
 	}
-	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait}
+	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait, far: 2 * tenth(int64(cfg.MaxConcurrent))}
 	if cfg.Adaptive {
 		h.ad = newAdaptive(cfg)
 		return h, nil
@@ -136,18 +142,112 @@ func validateAdaptive(cfg Config) error {
 
 // Acquire takes a slot, waiting for one at most the configured MaxWait. It
 // returns nil, ErrFull, or ctx.Err() unchanged; on failure no slot is held.
+// The criticality ctx carries (package criticality) decides how much room
+// the call must leave (see reserve), and waiting critical calls are given
+// a freed slot first.
 func (h *Bulkhead) Acquire(ctx context.Context) error {
-	if h == nil || h.tryAcquire(0) {
+	if h == nil {
+		return nil
+	}
+	ok, l := h.tryFor(ctx)
+	if ok {
 		return nil
 	}
 	if h.maxWait == 0 {
 		return ErrFull
 	}
-	return h.wait(ctx)
+	return h.wait(ctx, l)
 }
 
-// TryAcquire takes a slot if one is free now, without waiting.
-func (h *Bulkhead) TryAcquire() bool { return h == nil || h.tryAcquire(0) }
+// TryAcquire takes a slot if one is free now, without waiting, for a call
+// of Default criticality.
+func (h *Bulkhead) TryAcquire() bool {
+	if h == nil {
+		return true
+	}
+	ok, _ := h.tryFor(nil)
+	return ok
+}
+
+// tryFor takes a slot free at once for a call of the criticality ctx
+// carries (Default for a nil ctx), which it looks up only near the limit,
+// where a reserve may apply; it returns the level it used.
+func (h *Bulkhead) tryFor(ctx context.Context) (bool, criticality.Level) {
+	if h.ad != nil {
+		return h.ad.tryFor(h, ctx)
+	}
+	if h.stripes.Load() == nil {
+		for { // far from the limit no reserve applies: the level is not looked up
+			n := h.free.Load()
+			if n <= h.far {
+				break
+			}
+			if h.free.CompareAndSwap(n, n-1) {
+				return true, criticality.Default
+			}
+			h.contention()
+		}
+	} else if h.free.Load() > h.far {
+		return h.tryAcquire(0), criticality.Default
+	}
+	l := criticality.Of(ctx)
+	r := h.reserve(l, h.max)
+	if r == 0 {
+		return h.tryAcquire(0), l
+	}
+	if h.stripes.Load() == nil {
+		for {
+			n := h.free.Load()
+			if n <= r {
+				return false, l
+			}
+			if h.free.CompareAndSwap(n, n-1) {
+				return true, l
+			}
+			h.contention()
+		}
+	}
+	// Striped: the free slots are spread over the cells. Taken, then given
+	// back if it went into the reserve; racing takers may overshoot it by
+	// a slot each for a moment.
+	if int64(h.InUse())+1 > h.max-r || !h.tryAcquire(0) {
+		return false, l
+	}
+	if int64(h.InUse()) > h.max-r {
+		h.release(0)
+		return false, l
+	}
+	return true, l
+}
+
+// tenth is a tenth of limit, rounded up.
+func tenth(limit int64) int64 { return (limit + 9) / 10 }
+
+// reserve is how many of limit's slots a call of level l must leave free:
+// none for a critical call (which marks the bulkhead as serving them); a
+// tenth (at least one) for any other once a critical call has asked near
+// the limit; a tenth more for a sheddable call. Never every slot: with a
+// limit of 2 or more, one slot is always open to every level, and a limit
+// of 1 keeps nothing.
+func (h *Bulkhead) reserve(l criticality.Level, limit int64) int64 {
+	if l >= criticality.Critical {
+		if !h.critical.Load() {
+			h.critical.Store(true)
+		}
+		return 0
+	}
+	if limit < 2 {
+		return 0
+	}
+	var r int64
+	if h.critical.Load() {
+		r = tenth(limit)
+	}
+	if l <= criticality.Sheddable {
+		r += tenth(limit)
+	}
+	return min(r, limit-1)
+}
 
 // tryAcquire takes a slot free at once; hint chooses the per-processor cell
 // a striped bulkhead takes from. Any hint is correct; one from the caller's
@@ -308,37 +408,46 @@ func (h *Bulkhead) spill(s *shard.Stripes, c uint32) {
 
 func (h *Bulkhead) wakeOne() {
 	h.mu.Lock()
-	if len(h.waiters) > 0 {
-		w := h.waiters[0]
-		h.waiters = h.waiters[1:]
-		h.waiting.Add(-1)
-		w <- struct{}{} // buffered: never blocks
+	for i := len(h.waiters) - 1; i >= 0; i-- { // critical first
+		if q := h.waiters[i]; len(q) > 0 {
+			h.waiters[i] = q[1:]
+			h.waiting.Add(-1)
+			q[0] <- struct{}{} // buffered: never blocks
+			break
+		}
 	}
 	h.mu.Unlock()
 }
 
-func (h *Bulkhead) wait(ctx context.Context) error {
+// queue is the index in waiters of level l.
+func queue(l criticality.Level) int {
+	return int(min(max(l, criticality.Sheddable), criticality.Critical) + 1)
+}
+
+func (h *Bulkhead) wait(ctx context.Context, l criticality.Level) error {
 	timer := time.NewTimer(h.maxWait)
 	defer timer.Stop()
 	w := make(chan struct{}, 1)
+	q := queue(l)
 	for {
 		h.mu.Lock()
-		h.waiters = append(h.waiters, w)
+		h.waiters[q] = append(h.waiters[q], w)
 		h.waiting.Add(1)
 		h.mu.Unlock()
 		// Registered first, checked second: a Release between the failed
 		// fast path and the registration is seen here, and one after the
 		// registration wakes us.
-		if h.tryAcquire(0) {
+		if ok, _ := h.tryFor(ctx); ok {
 			h.leave(w)
 			return nil
 		}
 		select {
 		case <-w:
-			if h.tryAcquire(0) {
+			if ok, _ := h.tryFor(ctx); ok {
 				return nil
 			}
-			// Another attempt took the slot first; wait again.
+			// Another attempt took the slot first, or it is kept for
+			// critical calls; wait again.
 		case <-ctx.Done():
 			h.leave(w)
 			return ctx.Err()
@@ -353,12 +462,14 @@ func (h *Bulkhead) wait(ctx context.Context) error {
 // wake-up is passed on so that it is not lost.
 func (h *Bulkhead) leave(w chan struct{}) {
 	h.mu.Lock()
-	for i, x := range h.waiters {
-		if x == w {
-			h.waiters = append(h.waiters[:i], h.waiters[i+1:]...)
-			h.waiting.Add(-1)
-			h.mu.Unlock()
-			return
+	for q := range h.waiters {
+		for i, x := range h.waiters[q] {
+			if x == w {
+				h.waiters[q] = append(h.waiters[q][:i], h.waiters[q][i+1:]...)
+				h.waiting.Add(-1)
+				h.mu.Unlock()
+				return
+			}
 		}
 	}
 	h.mu.Unlock()

@@ -23,12 +23,14 @@
 package throttle
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/internal/cfgerr"
 	"github.com/outboundhq/outbound/internal/clock"
 	"github.com/outboundhq/outbound/internal/clocked"
@@ -123,12 +125,16 @@ func New(cfg Config) (*Throttle, error) {
 // upstream's answer (or failure) says something of its load; one that says
 // nothing (a later guard refused it, it was never sent, it was cancelled or
 // a hedge won) is not resolved at all: it is counted neither way.
-func (t *Throttle) Allow() bool { return t.allowAt(clock.Now()) }
+func (t *Throttle) Allow() bool { return t.allowAt(clock.Now(), nil) }
 
 // allowAt, acceptAt and failAt are Allow, Accept and Fail at now, a
 // clock.Now reading the caller has: the admission pipeline's (package
-// clocked).
-func (t *Throttle) allowAt(now int64) bool {
+// clocked). allowAt judges a call of the criticality ctx carries (Default
+// for nil), looked up only once the upstream has refused something: a
+// sheddable call is refused as if K were halfway to 1, a critical one as
+// if it were twice K, so that at every moment the sheddable calls are the
+// likeliest refused and the critical ones the least.
+func (t *Throttle) allowAt(now int64, ctx context.Context) bool {
 	if t == nil {
 		return true
 	}
@@ -138,7 +144,14 @@ func (t *Throttle) allowAt(now int64) bool {
 		return true
 	}
 	a := t.pastAcc.Load() + t.acc[i].Load()
-	p := t.probability(o+a, a)
+	k := t.k
+	switch criticality.Of(ctx) {
+	case criticality.Sheddable:
+		k = 1 + (k-1)/2
+	case criticality.Critical:
+		k *= 2
+	}
+	p := t.probabilityK(o+a, a, k)
 	if p == 0 || rand.Float64() >= p {
 		return true
 	}
@@ -146,8 +159,10 @@ func (t *Throttle) allowAt(now int64) bool {
 	return false
 }
 
-func (t *Throttle) probability(r, a int64) float64 {
-	excess := float64(r) - t.k*float64(a)
+func (t *Throttle) probability(r, a int64) float64 { return t.probabilityK(r, a, t.k) }
+
+func (t *Throttle) probabilityK(r, a int64, k float64) float64 {
+	excess := float64(r) - k*float64(a)
 	if excess <= 0 {
 		return 0
 	}

@@ -12,7 +12,7 @@
 package clocked
 
 var (
-	ThrottleAllow  any // func(*throttle.Throttle, int64) bool
+	ThrottleAllow  any // func(*throttle.Throttle, int64, context.Context) bool
 	ThrottleAccept any // func(*throttle.Throttle, int64)
 	ThrottleFail   any // func(*throttle.Throttle, int64)
 	LimiterTake    any // func(*ratelimit.Limiter, int64) bool

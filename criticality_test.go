@@ -1,0 +1,85 @@
+package outbound_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/criticality"
+	"github.com/outboundhq/outbound/retry"
+)
+
+// failingFirst answers 503 to the first attempt of each call and 200 to
+// the others: a call is told by its URL's path.
+func failingFirst(t *testing.T) *httptest.Server {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		again := seen[r.URL.Path]
+		seen[r.URL.Path] = true
+		mu.Unlock()
+		if !again {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestASheddableCallIsNotRetriedWhileTheRetryBudgetIsLow: with the budget
+// at 70 % — enough for any other call's retry (above half) — a sheddable
+// call's 503 is not retried, and a default call's is.
+func TestASheddableCallIsNotRetriedWhileTheRetryBudgetIsLow(t *testing.T) {
+	srv := failingFirst(t)
+	c := deadlineClient(t, outbound.Config{Budget: retry.BudgetConfig{MaxTokens: 10}})
+	warm, _ := http.NewRequest(http.MethodGet, srv.URL+"/warm", nil) // the upstream's state exists
+	if _, _, err := do(t, c, warm); err != nil {
+		t.Fatal(err)
+	}
+	b, ok := outbound.BudgetOf(c, "http://"+srv.Listener.Addr().String())
+	if !ok {
+		t.Fatal("no budget")
+	}
+	for b.Above(0.75) {
+		b.OnFailure()
+	}
+	if !b.Allows() {
+		t.Fatalf("budget at %v: below half", b.Tokens())
+	}
+	req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.Sheddable), http.MethodGet, srv.URL+"/sheddable", nil)
+	out, status, _ := do(t, c, req)
+	if status != 503 || len(out.Attempts) != 1 || out.Reason != retry.BudgetExhausted {
+		t.Fatalf("sheddable: status %d, %d attempts, %v; want the 503, not retried (budget)", status, len(out.Attempts), out.Reason)
+	}
+	if !b.Allows() {
+		t.Fatalf("budget at %v after the sheddable call: below half", b.Tokens())
+	}
+	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/default", nil)
+	if out, status, _ := do(t, c, req); status != 200 || len(out.Attempts) != 2 {
+		t.Fatalf("default: status %d, %d attempts; want the retry's 200", status, len(out.Attempts))
+	}
+}
+
+// TestCriticalityNeverChangesBreakerStatistics: the same answers to
+// sheddable, default and critical calls leave the same breaker window.
+func TestCriticalityNeverChangesBreakerStatistics(t *testing.T) {
+	var seen []string
+	for _, l := range []criticality.Level{criticality.Sheddable, criticality.Default, criticality.Critical} {
+		srv := failingFirst(t)
+		c := deadlineClient(t, outbound.Config{MaxAttempts: 1})
+		for i := range 20 {
+			req, _ := http.NewRequestWithContext(criticality.With(context.Background(), l), http.MethodGet, fmt.Sprintf("%s/%d", srv.URL, i/2), nil)
+			do(t, c, req)
+		}
+		m := c.Breakers()["http://"+srv.Listener.Addr().String()]
+		seen = append(seen, fmt.Sprintf("%v calls %d failed %d rate %.0f", m.State, m.Calls, m.Failed, m.FailureRate))
+	}
+	if seen[0] != seen[1] || seen[1] != seen[2] || seen[0] != "CLOSED calls 20 failed 10 rate -1" {
+		t.Fatalf("breakers after sheddable, default, critical calls: %q", seen)
+	}
+}
