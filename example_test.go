@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/outboundhq/outbound/admission/ratelimit"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/outcome"
@@ -305,4 +307,40 @@ func ExampleConfig_endpoints() {
 	}
 	fmt.Println("20 calls answered 200; the 503s all came from 127.0.0.2:80")
 	// Output: 20 calls answered 200; the 503s all came from 127.0.0.2:80
+}
+
+// Send the call's time left to the hosts named, and mark a call sheddable:
+// under overload every local guard refuses it before the others. Here the
+// upstream, on 127.0.0.1, is named too, and says what it got.
+func ExampleDeadline() {
+	tr, err := outbound.New(outbound.Config{
+		Deadline: &outbound.Deadline{Header: "Grpc-Timeout", Format: outbound.GRPCTimeout,
+			Hosts: []string{"*.svc.cluster.local"}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tr.Close()
+
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("grpc-timeout sent:", r.Header.Get("Grpc-Timeout") != "")
+	}))
+	defer upstream.Close()
+	tr, err = outbound.New(outbound.Config{Deadline: &outbound.Deadline{Header: "Grpc-Timeout",
+		Format: outbound.GRPCTimeout, Hosts: []string{"127.0.0.1"}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tr.Close()
+	req, _ := http.NewRequest(http.MethodGet, upstream.URL, nil)
+	ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+	defer cancel()
+	ctx = criticality.With(ctx, criticality.Sheddable) // a prefetch: refused first
+	resp, err := tr.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	// Output:
+	// grpc-timeout sent: true
 }
