@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -14,9 +15,11 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
+	"github.com/failsafe-go/failsafe-go/priority"
 
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/criticality"
 )
 
 // The overload simulation: an upstream of known capacity, in process, on the
@@ -84,20 +87,26 @@ func (u *queueing) setCapacity(c int) {
 
 // concLimiter is a concurrency limiter under test.
 type concLimiter interface {
-	acquire() (release func(time.Duration), ok bool)
+	acquire(criticality.Level) (release func(time.Duration), ok bool)
 	limit() int
 }
 
 type noLimit struct{}
 
-func (noLimit) acquire() (func(time.Duration), bool) { return func(time.Duration) {}, true }
-func (noLimit) limit() int                           { return 0 }
+func (noLimit) acquire(criticality.Level) (func(time.Duration), bool) {
+	return func(time.Duration) {}, true
+}
+func (noLimit) limit() int { return 0 }
 
 // outboundLimit is a fixed or adaptive bulkhead.
 type outboundLimit struct{ h *bulkhead.Bulkhead }
 
-func (o outboundLimit) acquire() (func(time.Duration), bool) {
-	if !o.h.TryAcquire() {
+// levelCtx are contexts carrying each criticality, by Level+1.
+var levelCtx = [3]context.Context{criticality.With(context.Background(), criticality.Sheddable),
+	context.Background(), criticality.With(context.Background(), criticality.Critical)}
+
+func (o outboundLimit) acquire(l criticality.Level) (func(time.Duration), bool) {
+	if o.h.Acquire(levelCtx[l+1]) != nil {
 		return nil, false
 	}
 	return o.h.ReleaseAfter, true
@@ -108,7 +117,7 @@ type failsafeLimit struct {
 	l adaptivelimiter.AdaptiveLimiter[any]
 }
 
-func (f failsafeLimit) acquire() (func(time.Duration), bool) {
+func (f failsafeLimit) acquire(criticality.Level) (func(time.Duration), bool) {
 	p, ok := f.l.TryAcquirePermit()
 	if !ok {
 		return nil, false
@@ -117,11 +126,32 @@ func (f failsafeLimit) acquire() (func(time.Duration), bool) {
 }
 func (f failsafeLimit) limit() int { return f.l.Limit() }
 
+// failsafePriority is failsafe-go's prioritized adaptive limiter: critical
+// calls at priority High, sheddable ones at Low, queueing while full (its
+// rejections by priority are of the queue), calibrated every 100 ms.
+type failsafePriority struct {
+	l adaptivelimiter.PriorityLimiter[any]
+}
+
+func (f failsafePriority) acquire(l criticality.Level) (func(time.Duration), bool) {
+	prio := map[criticality.Level]priority.Priority{criticality.Sheddable: priority.Low, criticality.Default: priority.Medium,
+		criticality.Critical: priority.High}[l]
+	p, err := f.l.AcquirePermitWithPriority(context.Background(), prio)
+	if err != nil {
+		return nil, false
+	}
+	return func(time.Duration) { p.Record() }, true
+}
+func (f failsafePriority) limit() int { return f.l.Limit() }
+
 // simResult is what one run measured after its warm-up.
 type simResult struct {
 	goodput float64 // answers per second
 	p99     time.Duration
 	limits  []int // sampled every tick
+	// critical and others are the goodput of the callers asking as
+	// critical and of the others (simulateLevels).
+	critical, others float64
 }
 
 // simulate drives callers closed-loop callers through l to u for d of fake
@@ -129,6 +159,14 @@ type simResult struct {
 // u.service/10. Figures cover the time after warm (p99 and goodput). At
 // change (if > 0), the capacity becomes changeTo.
 func simulate(u *queueing, l concLimiter, callers int, d, warm, tick time.Duration, change time.Duration, changeTo int) simResult {
+	return simulateLevels(u, l, callers, 0, criticality.Default, d, warm, tick, change, changeTo)
+}
+
+// simulateLevels is simulate with the first critical callers asking as
+// criticality.Critical and the others at level others.
+func simulateLevels(u *queueing, l concLimiter, callers, critical int, others criticality.Level, d, warm, tick time.Duration,
+	change time.Duration, changeTo int) simResult {
+	var crit atomic.Int64
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -137,10 +175,14 @@ func simulate(u *queueing, l concLimiter, callers int, d, warm, tick time.Durati
 		wg        sync.WaitGroup
 	)
 	start := time.Now()
-	for range callers {
+	for i := range callers {
+		level := others
+		if i < critical {
+			level = criticality.Critical
+		}
 		wg.Go(func() {
 			for !stop.Load() {
-				release, ok := l.acquire()
+				release, ok := l.acquire(level)
 				if !ok {
 					time.Sleep(u.service / 10)
 					continue
@@ -151,6 +193,9 @@ func simulate(u *queueing, l concLimiter, callers int, d, warm, tick time.Durati
 				release(lat)
 				if t0.Sub(start) >= warm {
 					answered.Add(1)
+					if level == criticality.Critical {
+						crit.Add(1)
+					}
 					mu.Lock()
 					latencies = append(latencies, lat)
 					mu.Unlock()
@@ -169,6 +214,8 @@ func simulate(u *queueing, l concLimiter, callers int, d, warm, tick time.Durati
 	stop.Store(true)
 	wg.Wait()
 	r.goodput = float64(answered.Load()) / (d - warm).Seconds()
+	r.critical = float64(crit.Load()) / (d - warm).Seconds()
+	r.others = r.goodput - r.critical
 	slices.Sort(latencies)
 	if len(latencies) > 0 {
 		r.p99 = latencies[len(latencies)*99/100]
@@ -230,6 +277,78 @@ func TestOverloadSimulation(t *testing.T) {
 		}
 	}
 	t.Log("\n" + report.String())
+}
+
+// TestOverloadSimulationMixedCriticality drives the upstream at 1, 2 and 4
+// times its capacity with half its capacity's worth of callers asking as
+// critical and the rest as sheddable, through outbound's fixed and adaptive
+// bulkheads, the same without criticality (every caller Default), and
+// failsafe-go's prioritized adaptive limiter (critical High, sheddable Low,
+// queueing, calibrated every 100 ms): the critical callers' goodput must
+// be at least 95% of their demand (critical callers / mean service time)
+// through outbound's, the sheddable ones absorbing the shedding.
+func TestOverloadSimulationMixedCriticality(t *testing.T) {
+	critical := simCapacity / 2
+	demand := float64(critical) / simService.Seconds()
+	var report strings.Builder
+	fmt.Fprintf(&report, "capacity %d, service %v, %d critical callers (demand %.0f answers/s), the rest sheddable;\n"+
+		"goodput (answers/s) of the critical callers (share of their demand), of the others, p99, final limit\n", simCapacity, simService, critical, demand)
+	limiters := []struct {
+		name   string
+		levels bool
+		make   func(t *testing.T) (concLimiter, func())
+	}{
+		{"fixed", true, func(t *testing.T) (concLimiter, func()) {
+			return outboundLimit{mustBulkhead(t, bulkhead.Config{MaxConcurrent: simCapacity})}, func() {}
+		}},
+		{"fixed, no criticality", false, func(t *testing.T) (concLimiter, func()) {
+			return outboundLimit{mustBulkhead(t, bulkhead.Config{MaxConcurrent: simCapacity})}, func() {}
+		}},
+		{"outbound-adaptive", true, func(t *testing.T) (concLimiter, func()) {
+			return outboundLimit{mustBulkhead(t, bulkhead.Config{Adaptive: true, MaxConcurrent: 200})}, func() {}
+		}},
+		{"adaptive, no criticality", false, func(t *testing.T) (concLimiter, func()) {
+			return outboundLimit{mustBulkhead(t, bulkhead.Config{Adaptive: true, MaxConcurrent: 200})}, func() {}
+		}},
+		{"failsafe-prioritized", true, func(t *testing.T) (concLimiter, func()) {
+			p := adaptivelimiter.NewPrioritizer()
+			stop := p.ScheduleCalibrations(context.Background(), 100*time.Millisecond)
+			return failsafePriority{adaptivelimiter.NewBuilder[any]().WithLimits(1, 200, 20).WithQueueing(2, 4).BuildPrioritized(p)}, stop
+		}},
+	}
+	for _, load := range []float64{1, 2, 4} {
+		for _, lim := range limiters {
+			var r simResult
+			synctest.Test(t, func(t *testing.T) {
+				u := &queueing{service: simService, capacity: simCapacity}
+				l, stop := lim.make(t)
+				crit, others := critical, criticality.Sheddable
+				if !lim.levels {
+					crit, others = 0, criticality.Default
+				}
+				r = simulateLevels(u, l, int(load*simCapacity), crit, others, 30*time.Second, 5*time.Second, time.Second, 0, 0)
+				stop()
+				if !lim.levels { // the same callers, counted as the others are
+					r = simulateCount(r, critical, int(load*simCapacity))
+				}
+			})
+			fmt.Fprintf(&report, "load %.0f× %-25s critical %6.0f (%5.1f%%)  others %6.0f  p99 %-8v limit %d\n", load, lim.name,
+				r.critical, 100*r.critical/demand, r.others, r.p99, r.limits[len(r.limits)-1])
+			if lim.levels && lim.name != "failsafe-prioritized" && r.critical < 0.95*demand {
+				t.Errorf("load %.0f×, %s: critical goodput %.0f, below 95%% of their demand %.0f", load, lim.name, r.critical, demand)
+			}
+		}
+	}
+	t.Log("\n" + report.String())
+}
+
+// simulateCount splits the goodput of a run without criticality as if the
+// first critical of its callers had been critical: each caller got an
+// equal share.
+func simulateCount(r simResult, critical, callers int) simResult {
+	r.critical = r.goodput * float64(critical) / float64(callers)
+	r.others = r.goodput - r.critical
+	return r
 }
 
 // TestOverloadSimulationStepChange halves, then doubles the capacity mid-run:

@@ -147,8 +147,7 @@ func (a *adaptive) resize(n int64) {
 }
 
 // tryFor is tryAcquire for a call of the criticality ctx carries, looked
-// up only near the limit (see Bulkhead.reserve). A call refused for the
-// reserve alone does not mark the limit reached: the limit did not bind.
+// up only near the limit (see Bulkhead.reserve).
 func (a *adaptive) tryFor(h *Bulkhead, ctx context.Context) (bool, criticality.Level) {
 	l := criticality.Default
 	looked := false
@@ -156,16 +155,16 @@ func (a *adaptive) tryFor(h *Bulkhead, ctx context.Context) (bool, criticality.L
 		v, lim := a.slots.Load(), a.limit.Load()
 		n := v & slotMask
 		var r int64
-		if lim-n <= 2*tenth(lim) {
+		if lim-n <= tenth(lim) {
 			if !looked {
 				l, looked = criticality.Of(ctx), true
 			}
 			r = h.reserve(l, lim)
 		}
 		if n >= lim-r {
-			if n >= lim {
-				a.markReached()
-			}
+			// Refused at the limit, or within the room kept for critical
+			// calls: either way the limit binds, and may grow.
+			a.markReached()
 			return false, l
 		}
 		if a.slots.CompareAndSwap(v, v+1) {

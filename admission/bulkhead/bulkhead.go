@@ -74,7 +74,7 @@ type Bulkhead struct {
 	waiting   atomic.Int64 // len(waiters), readable without the lock
 	contended atomic.Int64 // failed compare-and-swaps on free, until striped
 	max       int64
-	far       int64 // free slots above which no reserve applies: twice a tenth of max
+	far       int64 // free slots above which no reserve applies: a tenth of max
 	maxWait   time.Duration
 	ad        *adaptive // the adaptive mode, if on
 
@@ -105,7 +105,7 @@ func New(cfg Config) (*Bulkhead, error) {
 	if err := validateAdaptive(cfg); err != nil || cfg.MaxConcurrent == 0 {
 		return nil, err
 	}
-	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait, far: 2 * tenth(int64(cfg.MaxConcurrent))}
+	h := &Bulkhead{max: int64(cfg.MaxConcurrent), maxWait: cfg.MaxWait, far: tenth(int64(cfg.MaxConcurrent))}
 	if cfg.Adaptive {
 		h.ad = newAdaptive(cfg)
 		return h, nil
@@ -225,10 +225,11 @@ func tenth(limit int64) int64 { return (limit + 9) / 10 }
 
 // reserve is how many of limit's slots a call of level l must leave free:
 // none for a critical call (which marks the bulkhead as serving them); a
-// tenth (at least one) for any other once a critical call has asked near
-// the limit; a tenth more for a sheddable call. Never every slot: with a
-// limit of 2 or more, one slot is always open to every level, and a limit
-// of 1 keeps nothing.
+// tenth (at least one) for a sheddable call, and for a default call once a
+// critical call has asked near the limit. Never every slot: with a limit of
+// 2 or more one slot is always open to every level, and a limit of 1 keeps
+// nothing. The room kept is idle while no critical call comes for it: a
+// tenth, not more (measured in DESIGN.md, "Criticality").
 func (h *Bulkhead) reserve(l criticality.Level, limit int64) int64 {
 	if l >= criticality.Critical {
 		if !h.critical.Load() {
@@ -236,17 +237,10 @@ func (h *Bulkhead) reserve(l criticality.Level, limit int64) int64 {
 		}
 		return 0
 	}
-	if limit < 2 {
+	if limit < 2 || l == criticality.Default && !h.critical.Load() {
 		return 0
 	}
-	var r int64
-	if h.critical.Load() {
-		r = tenth(limit)
-	}
-	if l <= criticality.Sheddable {
-		r += tenth(limit)
-	}
-	return min(r, limit-1)
+	return min(tenth(limit), limit-1)
 }
 
 // tryAcquire takes a slot free at once; hint chooses the per-processor cell

@@ -27,11 +27,11 @@ func fill(h *bulkhead.Bulkhead, ctx context.Context) int {
 }
 
 // TestSheddableCallsAreRefusedBeforeCriticalOnesAtTheBulkhead: of ten
-// slots, a sheddable call leaves one free and a default call none — until
-// a critical call has asked near the limit: from then on a default call
-// leaves a tenth (one) for critical calls, and a sheddable one two. The
-// same with the slots striped over per-processor cells, and with an
-// adaptive limit of ten.
+// slots, a sheddable call leaves a tenth (one) free and a default call
+// none — until a critical call has asked near the limit: from then on a
+// default call leaves that tenth for critical calls too. The same with the
+// slots striped over per-processor cells, and with an adaptive limit of
+// ten.
 func TestSheddableCallsAreRefusedBeforeCriticalOnesAtTheBulkhead(t *testing.T) {
 	for _, mode := range []string{"fixed", "striped", "adaptive"} {
 		t.Run(mode, func(t *testing.T) {
@@ -63,11 +63,11 @@ func TestSheddableCallsAreRefusedBeforeCriticalOnesAtTheBulkhead(t *testing.T) {
 			}
 
 			// A critical call has asked near the limit: room is kept for them.
-			if n := fill(h, shed); n != 8 {
-				t.Fatalf("sheddable calls took %d, want 8 (two left: a tenth for critical calls, a tenth more)", n)
+			if n := fill(h, dflt); n != 9 {
+				t.Fatalf("default calls took %d, want 9 (one left for critical calls)", n)
 			}
-			if n := fill(h, dflt); n != 1 {
-				t.Fatalf("then default calls took %d, want 1 (one left for critical calls)", n)
+			if n := fill(h, shed); n != 0 {
+				t.Fatalf("then sheddable calls took %d, want none", n)
 			}
 			if n := fill(h, crit); n != 1 {
 				t.Fatalf("then critical calls took %d, want the last one", n)
