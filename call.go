@@ -110,7 +110,17 @@ func newCall(t *Transport, req *http.Request) *call {
 		c.hasKey = true
 	}
 	c.deadline = t.deadline.forHost(c.info.Host)
-	c.sheddable = criticality.Of(c.ctx) == criticality.Sheddable
+	level := criticality.Of(c.ctx)
+	c.sheddable = level == criticality.Sheddable
+	if sc := t.sendCriticality; sc != nil && named(sc.Hosts, c.info.Host) {
+		if !c.headerCloned {
+			c.header, c.headerCloned = req.Header.Clone(), true
+			if c.header == nil {
+				c.header = http.Header{}
+			}
+		}
+		c.header.Set(sc.Header, level.String())
+	}
 	c.hedging = t.hedging
 	if opts.setHedging {
 		c.hedging = opts.hedging

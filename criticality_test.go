@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -81,5 +82,32 @@ func TestCriticalityNeverChangesBreakerStatistics(t *testing.T) {
 	}
 	if seen[0] != seen[1] || seen[1] != seen[2] || seen[0] != "CLOSED calls 20 failed 10 rate -1" {
 		t.Fatalf("breakers after sheddable, default, critical calls: %q", seen)
+	}
+}
+
+// TestTheCriticalityIsSentOnlyToTheHostsNamed: a sheddable call says so to
+// a host SendCriticality names, an unmarked one says "default", and a host
+// not named gets nothing; the caller's request is not changed.
+func TestTheCriticalityIsSentOnlyToTheHostsNamed(t *testing.T) {
+	srv, got := deadlineServer(t, "X-Criticality", 0)
+	named := deadlineClient(t, outbound.Config{SendCriticality: &outbound.SendCriticality{Header: "X-Criticality", Hosts: []string{"127.0.0.1"}}})
+	other := deadlineClient(t, outbound.Config{SendCriticality: &outbound.SendCriticality{Header: "X-Criticality", Hosts: []string{"*.internal"}}})
+	for _, c := range []*outbound.Transport{named, other} {
+		for _, ctx := range []context.Context{criticality.With(context.Background(), criticality.Sheddable), context.Background()} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			if _, _, err := do(t, c, req); err != nil {
+				t.Fatal(err)
+			}
+			if len(req.Header) != 0 {
+				t.Fatalf("the caller's request was changed: %v", req.Header)
+			}
+		}
+	}
+	if v := fmt.Sprint(got()); v != "[sheddable default  ]" {
+		t.Fatalf("sent %s, want sheddable and default to the host named, nothing to the other", v)
+	}
+	if _, err := outbound.New(outbound.Config{SendCriticality: &outbound.SendCriticality{Header: "X-Criticality"}}); err == nil ||
+		!strings.Contains(err.Error(), "SendCriticality.Hosts") {
+		t.Fatalf("no hosts: %v", err)
 	}
 }

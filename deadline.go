@@ -63,36 +63,74 @@ func (d *Deadline) validate() error {
 	if d == nil {
 		return nil
 	}
-	if !httpguts.ValidHeaderFieldName(d.Header) {
-		return cfgerr.New("outbound", "Deadline.Header", "must be a header name, got %q", d.Header)
+	return validateSent("Deadline", d.Header, d.Hosts)
+}
+
+// validateSent checks the header and the hosts of what field sends.
+func validateSent(field, header string, hosts []string) error {
+	if !httpguts.ValidHeaderFieldName(header) {
+		return cfgerr.New("outbound", field+".Header", "must be a header name, got %q", header)
 	}
-	if len(d.Hosts) == 0 {
-		return cfgerr.New("outbound", "Deadline.Hosts", "must name at least one host: the deadline is sent to those only")
+	if len(hosts) == 0 {
+		return cfgerr.New("outbound", field+".Hosts", "must name at least one host: the header is sent to those only")
 	}
-	for _, h := range d.Hosts {
+	for _, h := range hosts {
 		if name := strings.TrimPrefix(h, "*."); name == "" || strings.ContainsAny(name, "*/ ") {
-			return cfgerr.New("outbound", "Deadline.Hosts", "must be host names or *.domain, got %q", h)
+			return cfgerr.New("outbound", field+".Hosts", "must be host names or *.domain, got %q", h)
 		}
 	}
 	return nil
 }
 
+// named reports whether hosts name host: as a name (any case), or under a
+// "*."-domain.
+func named(hosts []string, host string) bool {
+	for _, h := range hosts {
+		if dom, ok := strings.CutPrefix(h, "*."); ok {
+			if len(host) > len(dom)+1 && host[len(host)-len(dom)-1] == '.' && strings.EqualFold(host[len(host)-len(dom):], dom) {
+				return true
+			}
+		} else if strings.EqualFold(h, host) {
+			return true
+		}
+	}
+	return false
+}
+
 // forHost returns how the attempts to host send their deadline, or nil
 // when they do not: d is nil or does not name host.
 func (d *Deadline) forHost(host string) *Deadline {
-	if d == nil {
+	if d == nil || !named(d.Hosts, host) {
 		return nil
 	}
-	for _, h := range d.Hosts {
-		if dom, ok := strings.CutPrefix(h, "*."); ok {
-			if len(host) > len(dom)+1 && host[len(host)-len(dom)-1] == '.' && strings.EqualFold(host[len(host)-len(dom):], dom) {
-				return d
-			}
-		} else if strings.EqualFold(h, host) {
-			return d
-		}
+	return d
+}
+
+// SendCriticality sends each call's criticality (package criticality) in a
+// header — "critical", "default" or "sheddable" — to the hosts it names,
+// so that the upstream can shed by it too. Like Deadline, it is off for
+// every host not named.
+type SendCriticality struct {
+	// Header is the header's name, such as "X-Criticality"; required.
+	Header string
+	// Hosts are the hosts that get it, as in Deadline.Hosts; at least one.
+	Hosts []string
+}
+
+func (s *SendCriticality) validate() error {
+	if s == nil {
+		return nil
 	}
-	return nil
+	return validateSent("SendCriticality", s.Header, s.Hosts)
+}
+
+func (s *SendCriticality) clone() *SendCriticality {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Hosts = append([]string(nil), s.Hosts...)
+	return &c
 }
 
 func (d *Deadline) clone() *Deadline {

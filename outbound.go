@@ -153,6 +153,11 @@ type Config struct {
 	// it has left, in a header (see Deadline). Nil means no host gets it.
 	Deadline *Deadline
 
+	// SendCriticality, if set, sends each call's criticality (package
+	// criticality) to the hosts it names, in a header. Nil means no host
+	// gets it.
+	SendCriticality *SendCriticality
+
 	// IdleConnTimeout closes a connection that has carried no request for
 	// this long. Zero means the Transport's IdleConnTimeout, and if that is
 	// zero too, 90 seconds: net/http then keeps idle connections forever,
@@ -238,6 +243,7 @@ type Transport struct {
 	openOnRetryAfter func(int) bool
 	hedging          *Hedging
 	deadline         *Deadline
+	sendCriticality  *SendCriticality
 	finishQ          float64 // Config.FinishQuantile; 0: every attempt is begun
 }
 
@@ -308,6 +314,7 @@ func New(cfg Config) (*Transport, error) {
 		openOnRetryAfter: cfg.OpenOnRetryAfter, finishQ: finishQ}
 	t.hedging = cfg.Hedging.clone()
 	t.deadline = cfg.Deadline.clone()
+	t.sendCriticality = cfg.SendCriticality.clone()
 	if t.retryable == nil {
 		t.retryable = DefaultRetryableStatus
 	}
@@ -447,6 +454,9 @@ func validate(cfg *Config) error {
 		return err
 	}
 	if err := cfg.Deadline.validate(); err != nil {
+		return err
+	}
+	if err := cfg.SendCriticality.validate(); err != nil {
 		return err
 	}
 	switch {
