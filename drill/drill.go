@@ -36,6 +36,7 @@ import (
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/circuit"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -271,6 +272,7 @@ type req struct {
 	timeout time.Duration
 	client  *outbound.Transport // nil: the scenario's client
 	url     string              // nil: the fault upstream's
+	level   criticality.Level   // the call's criticality
 }
 
 // result is what a call came to.
@@ -293,6 +295,9 @@ func (e *env) call(r req) result {
 		body = strings.NewReader(r.body)
 	}
 	ctx := e.ctx
+	if r.level != criticality.Default {
+		ctx = criticality.With(ctx, r.level)
+	}
 	if r.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.timeout)

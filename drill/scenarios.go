@@ -21,6 +21,7 @@ import (
 	"github.com/outboundhq/outbound/admission/throttle"
 	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/classify"
+	"github.com/outboundhq/outbound/criticality"
 	"github.com/outboundhq/outbound/outboundtest"
 	"github.com/outboundhq/outbound/outcome"
 	"github.com/outboundhq/outbound/retry"
@@ -75,6 +76,10 @@ func Scenarios() []Scenario {
 			Title:  "32 callers against an upstream that serves 8 at a time, 20 ms each, and queues the rest",
 			Expect: "The adaptive concurrency limit comes down to about the upstream's capacity, so answers wait little in its queue; the calls it refuses are local rejections, not sent, and the breaker records none of them.",
 			run:    overload},
+		Scenario{Name: "overload-mixed-criticality", Proto: outboundtest.HTTP1,
+			Title:  "16 callers against an upstream that serves 8 at a time, 20 ms each: 4 critical, 12 sheddable",
+			Expect: "Twice the upstream's capacity asks; the bulkhead keeps room for the critical calls, so nearly all of them are answered while the sheddable calls absorb the refusals — local rejections, not sent, which the breaker does not record.",
+			run:    overloadMixed},
 		Scenario{Name: "one-bad-replica-of-three", Proto: outboundtest.HTTP1,
 			Title:  "Three replicas behind one name (127.0.0.2–4), the first answering 503 until it heals",
 			Expect: "With Config.Endpoints, the bad replica is ejected after five failures in a row; every call succeeds (a retry goes to another replica), the upstream's breaker stays CLOSED, and once it has healed and its ejection is over the replica gets calls again.",
@@ -376,6 +381,52 @@ func overload(e *env) {
 	m := e.breaker().Metrics()
 	e.checkInt("failures the breaker recorded", m.Failed, eq(0), "0 (the client's own refusals are not the upstream's failures)")
 	e.check("the breaker", "CLOSED", m.State.String(), m.State == circuit.Closed)
+}
+
+// overloadMixed runs four critical callers (half the upstream's capacity)
+// and twelve sheddable ones, closed-loop, through a bulkhead of the
+// upstream's capacity.
+func overloadMixed(e *env) {
+	const capacity, service, critical, sheddable, seconds = 8, 20 * time.Millisecond, 4, 12, 3
+	e.newClient(outbound.Config{MaxAttempts: 1, Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: capacity}}})
+	e.srv.SetDefault(outboundtest.Queued(capacity, service))
+	end := time.Now().Add(seconds * time.Second)
+	var mu sync.Mutex
+	var answered, refused [2]int // critical, sheddable
+	other := 0
+	var wg sync.WaitGroup
+	for w := range critical + sheddable {
+		level, k := criticality.Critical, 0
+		if w >= critical {
+			level, k = criticality.Sheddable, 1
+		}
+		wg.Go(func() {
+			for n := 0; time.Now().Before(end) && e.ctx.Err() == nil; n++ {
+				r := e.call(req{method: "GET", id: fmt.Sprintf("%v-w%dc%d", level, w, n), level: level})
+				mu.Lock()
+				switch {
+				case r.err == nil:
+					answered[k]++
+				case errors.Is(r.err, admission.ErrRejected) && r.out.Commit == outcome.NotCommitted:
+					refused[k]++
+				default:
+					other++
+				}
+				mu.Unlock()
+				if r.err != nil {
+					time.Sleep(service / 2) // a refused caller's pace
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.checkInt("calls that failed other than by a local rejection", other, eq(0), "0")
+	share := func(k int) float64 { return float64(answered[k]) / float64(max(answered[k]+refused[k], 1)) }
+	e.check("critical calls answered", ">= 90% of those made", fmt.Sprintf("%.1f%% of %d", 100*share(0), answered[0]+refused[0]), share(0) >= 0.9)
+	e.check("sheddable calls answered", "a smaller share than critical calls: they absorb the refusals",
+		fmt.Sprintf("%.1f%% of %d", 100*share(1), answered[1]+refused[1]), share(1) < share(0))
+	m := e.breaker().Metrics()
+	e.checkInt("failures the breaker recorded", m.Failed, eq(0), "0 (the client's own refusals are not the upstream's failures)")
 }
 
 func deadBurst(e *env) {
