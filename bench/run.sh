@@ -155,36 +155,27 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 } >RESULTS.md.tmp
 mv RESULTS.md.tmp RESULTS.md
 
+# table_test TEST FLAG FIRST TITLE: runs TEST (enabled by -FLAG) and
+# appends to RESULTS.md, under TITLE, its log from the line holding FIRST.
+table_test() {
+	local out
+	echo "$4 ($1)" >&2
+	if ! out=$("$work/bench.test" -test.run "^$1\$" "-$2" -test.v -test.timeout 20m 2>&1); then
+		printf '%s\n' "$out" >&2
+		echo "$1 failed" >&2
+		exit 1
+	fi
+	{
+		echo
+		echo "## $4 ($1)"
+		echo
+		echo '```'
+		printf '%s\n' "$out" | sed -n "/$3/,/^--- /p" | grep -v '^--- ' | sed 's/^        //'
+		echo '```'
+	} >>RESULTS.md
+}
 # Five replica processes behind one name (about 5 minutes).
-echo "five replicas behind one name (TestReplicas)" >&2
-if rep=$("$work/bench.test" -test.run '^TestReplicas$' -replicas -test.v -test.timeout 20m 2>&1); then
-	{
-		echo
-		echo "## A host is many endpoints (TestReplicas)"
-		echo
-		echo '```'
-		printf '%s\n' "$rep" | sed -n '/PROTO/,/^--- /p' | grep -v '^--- ' | sed 's/^        //'
-		echo '```'
-	} >>RESULTS.md
-else
-	printf '%s\n' "$rep" >&2
-	echo "TestReplicas failed" >&2
-	exit 1
-fi
+table_test TestReplicas replicas PROTO "A host is many endpoints"
 # Callers whose deadlines are shorter than the upstream's slow path (30 s).
-echo "deadlines sent on, and no attempt that cannot finish (TestDeadlines)" >&2
-if dl=$("$work/bench.test" -test.run '^TestDeadlines$' -deadlines -test.v 2>&1); then
-	{
-		echo
-		echo "## Deadlines (TestDeadlines)"
-		echo
-		echo '```'
-		printf '%s\n' "$dl" | sed -n '/CLIENT/,/^--- /p' | grep -v '^--- ' | sed 's/^        //'
-		echo '```'
-	} >>RESULTS.md
-else
-	printf '%s\n' "$dl" >&2
-	echo "TestDeadlines failed" >&2
-	exit 1
-fi
+table_test TestDeadlines deadlines CLIENT "Deadlines"
 echo "wrote RESULTS.md in $((SECONDS - start)) s" >&2
