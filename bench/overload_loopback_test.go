@@ -15,11 +15,13 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
+	"github.com/failsafe-go/failsafe-go/priority"
 
 	"github.com/outboundhq/outbound"
 	"github.com/outboundhq/outbound/admission"
 	"github.com/outboundhq/outbound/admission/bulkhead"
 	"github.com/outboundhq/outbound/admission/throttle"
+	"github.com/outboundhq/outbound/criticality"
 )
 
 // The overload harness over loopback: the upstream of overload_test.go (a
@@ -41,9 +43,10 @@ const (
 
 // loopResult is what one run measured after its warm-up.
 type loopResult struct {
-	goodput float64 // answers per second
-	p99     time.Duration
-	limits  []int // sampled 20 times over the run
+	goodput  float64 // answers per second
+	critical float64 // of them, to critical callers
+	p99      time.Duration
+	limits   []int // sampled 20 times over the run
 }
 
 // loopClient is one client of the harness: call makes one call and reports
@@ -107,6 +110,31 @@ func newLoopClient(tb testing.TB, name, url string) loopClient {
 			},
 			limit: func() int { s, _ := t.Upstream(key); return s.Limit },
 		}
+	case "failsafe-prioritized": // critical calls at High, the others at Low, queueing while full
+		tr := inner()
+		p := adaptivelimiter.NewPrioritizer()
+		tb.Cleanup(p.ScheduleCalibrations(context.Background(), 100*time.Millisecond))
+		l := adaptivelimiter.NewBuilder[any]().WithLimits(1, 200, 20).WithQueueing(2, 4).BuildPrioritized(p)
+		return loopClient{
+			call: func(ctx context.Context, u string) (bool, error) {
+				prio := priority.Low
+				if criticality.Of(ctx) == criticality.Critical {
+					prio = priority.High
+				}
+				permit, err := l.AcquirePermitWithPriority(ctx, prio)
+				if err != nil {
+					return false, nil
+				}
+				err = get(ctx, tr, u)
+				if err != nil {
+					permit.Drop()
+					return true, err
+				}
+				permit.Record()
+				return true, nil
+			},
+			limit: l.Limit,
+		}
 	case "failsafe-adaptive":
 		tr := inner()
 		l := adaptivelimiter.NewBuilder[any]().WithLimits(1, 200, 20).Build()
@@ -156,8 +184,9 @@ func serveLoopback(tb testing.TB, h http.HandlerFunc) string {
 // driveLoopback drives callers closed-loop callers through the client named
 // name to a fresh upstream of capacity loopCapacity for d, and at change (if
 // > 0) sets its capacity to changeTo. A refused caller tries again after a
-// tenth of the service time.
-func driveLoopback(tb testing.TB, name string, callers int, d, change time.Duration, changeTo int) loopResult {
+// tenth of the service time. With critical > 0, the first critical callers'
+// calls are critical and the others' sheddable (package criticality).
+func driveLoopback(tb testing.TB, name string, callers, critical int, d, change time.Duration, changeTo int) loopResult {
 	u := &queueing{service: loopService, capacity: loopCapacity}
 	url := serveQueueing(tb, u)
 	c := newLoopClient(tb, name, url)
@@ -166,16 +195,24 @@ func driveLoopback(tb testing.TB, name string, callers int, d, change time.Durat
 		mu        sync.Mutex
 		latencies []time.Duration
 		answered  atomic.Int64
+		crit      atomic.Int64
 		failed    atomic.Int64
 		wg        sync.WaitGroup
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
-	for range callers {
+	for i := range callers {
+		cctx := ctx
+		switch {
+		case i < critical:
+			cctx = criticality.With(ctx, criticality.Critical)
+		case critical > 0:
+			cctx = criticality.With(ctx, criticality.Sheddable)
+		}
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				ok, err := c.call(ctx, url)
+				ok, err := c.call(cctx, url)
 				lat := time.Since(t0)
 				switch {
 				case ctx.Err() != nil:
@@ -186,6 +223,9 @@ func driveLoopback(tb testing.TB, name string, callers int, d, change time.Durat
 					time.Sleep(loopService / 10)
 				case t0.Sub(start) >= warm:
 					answered.Add(1)
+					if i < critical {
+						crit.Add(1)
+					}
 					mu.Lock()
 					latencies = append(latencies, lat)
 					mu.Unlock()
@@ -208,6 +248,7 @@ func driveLoopback(tb testing.TB, name string, callers int, d, change time.Durat
 		tb.Fatalf("%s: %d calls failed", name, n)
 	}
 	r.goodput = float64(answered.Load()) / (d - warm).Seconds()
+	r.critical = float64(crit.Load()) / (d - warm).Seconds()
 	slices.Sort(latencies)
 	if len(latencies) > 0 {
 		r.p99 = latencies[len(latencies)*99/100]
@@ -229,7 +270,7 @@ func BenchmarkOverloadLoopback(b *testing.B) {
 			d := time.Duration(max(b.N, 1)) * loopIteration
 			res := map[string]loopResult{}
 			for _, name := range loopClients {
-				res[name] = driveLoopback(b, name, int(load*loopCapacity), d, 0, 0)
+				res[name] = driveLoopback(b, name, int(load*loopCapacity), 0, d, 0, 0)
 			}
 			fixed := max(res["fixed"].goodput, 1)
 			ob, fs := res["outbound-adaptive"], res["failsafe-adaptive"]
@@ -243,6 +284,20 @@ func BenchmarkOverloadLoopback(b *testing.B) {
 			b.ReportMetric(float64(fs.limits[len(fs.limits)-1]), "failsafe-limit")
 		})
 	}
+	// Mixed criticality: half the capacity's worth of callers critical, the
+	// others sheddable; the critical callers' goodput over their demand
+	// (critical callers / service time), and everyone's over the capacity.
+	for _, load := range []float64{1, 2, 4} {
+		b.Run(fmt.Sprintf("mixed-%gx", load), func(b *testing.B) {
+			d := time.Duration(max(b.N, 1)) * loopIteration
+			demand := float64(loopCapacity/2) / loopService.Seconds()
+			for _, name := range []string{"none", "fixed", "outbound-adaptive", "failsafe-prioritized"} {
+				r := driveLoopback(b, name, int(load*loopCapacity), loopCapacity/2, d, 0, 0)
+				b.ReportMetric(r.critical/demand, name+"-critical/demand")
+				b.ReportMetric(r.goodput/(2*demand), name+"-goodput/capacity")
+			}
+		})
+	}
 	b.Run("throttle-4x", func(b *testing.B) {
 		d := time.Duration(max(b.N, 1)) * loopIteration
 		for _, name := range []string{"none", "outbound", "failsafe"} {
@@ -252,7 +307,7 @@ func BenchmarkOverloadLoopback(b *testing.B) {
 	for _, step := range []int{loopCapacity / 2, loopCapacity * 2} {
 		b.Run(fmt.Sprintf("step-%d-to-%d", loopCapacity, step), func(b *testing.B) {
 			d := 2 * time.Duration(max(b.N, 1)) * loopIteration
-			r := driveLoopback(b, "outbound-adaptive", 2*max(loopCapacity, step), d, d/2, step)
+			r := driveLoopback(b, "outbound-adaptive", 2*max(loopCapacity, step), 0, d, d/2, step)
 			// The samples of the second and fourth quarters: settled
 			// before the change, and after it.
 			before, after := r.limits[5:10], r.limits[15:]
