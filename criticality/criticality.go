@@ -1,7 +1,9 @@
 // Package criticality says, through a call's context, how important the
-// call is: when an upstream is overloaded, every local guard refuses the
-// sheddable calls first and keeps room for the critical ones, as Google's
-// SRE book describes client-side throttling by criticality.
+// call is: when an upstream is overloaded, the client-side throttle
+// refuses the sheddable calls first, the bulkhead keeps room for the
+// critical ones, and sheddable calls stop retrying and hedging first, as
+// Google's SRE book describes client-side throttling by criticality. The
+// breaker and the rate limiter treat every level alike.
 //
 //	ctx = criticality.With(ctx, criticality.Sheddable) // a prefetch
 //
