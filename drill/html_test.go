@@ -566,6 +566,9 @@ func TestWriteHTMLNilReport(t *testing.T) {
 func TestHTMLReportRendersInChromium(t *testing.T) {
 	browser := findChromium()
 	if browser == "" {
+		if os.Getenv("OUTBOUND_REQUIRE_CHROMIUM") != "" {
+			t.Fatal("no Chromium on PATH, and OUTBOUND_REQUIRE_CHROMIUM is set (scripts/test sets it where it can install the Debian package chromium)")
+		}
 		t.Skip("no Chromium on PATH: install the Debian package chromium (apt-get install -y chromium) to run this test")
 	}
 	dir := t.TempDir()
