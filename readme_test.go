@@ -65,6 +65,24 @@ func TestEveryGoSnippetOfTheREADMEIsInAnExample(t *testing.T) {
 	}
 }
 
+// TestEveryGoSnippetOfTheREADMEParses: a snippet read on its own is
+// whole Go — statements, or declarations — not a fragment cut mid-block
+// (an Example may hold it among others).
+func TestEveryGoSnippetOfTheREADMEParses(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range goBlocks(string(readme)) {
+		fset := token.NewFileSet()
+		_, errStmts := parser.ParseFile(fset, "snippet.go", "package p\nfunc _() {\n"+sn.text+"\n}\n", 0)
+		_, errDecls := parser.ParseFile(fset, "snippet.go", "package p\n"+sn.text, 0)
+		if errStmts != nil && errDecls != nil {
+			t.Errorf("README.md:%d: this snippet is not whole Go: %v\n%s", sn.line, errStmts, sn.text)
+		}
+	}
+}
+
 type snippet struct {
 	line int
 	text string

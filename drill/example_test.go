@@ -29,7 +29,7 @@ func ExampleRun() {
 		log.Fatal(err)
 	}
 	for _, s := range r.Scenarios {
-		fmt.Println(verdict(s.Passed), s.Name)
+		fmt.Println(map[bool]string{true: "PASS", false: "FAIL"}[s.Passed], s.Name)
 		for _, c := range s.Checks {
 			if !c.Passed {
 				fmt.Printf("  %s: want %s, got %s\n", c.What, c.Want, c.Got)
@@ -41,13 +41,6 @@ func ExampleRun() {
 	// PASS 503-storm
 	// PASS reset-after-processing-h2c
 	// PASS goaway-below-and-above
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "FAIL"
 }
 
 // A configuration that makes the client fail its users fails the drill,
