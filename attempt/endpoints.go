@@ -95,6 +95,19 @@ type Ejection struct {
 	// Window is the number of an endpoint's outcomes FailureRate is
 	// judged on, in windows one after the other; zero means 20.
 	Window int
+	// SlowFactor, if set, also ejects an endpoint by latency: when its
+	// last ConsecutiveFailures outcomes (5 if that is off) each took more
+	// than SlowFactor times the median latency estimate of the host's
+	// endpoints and more than SlowMin — an answer, or an attempt still
+	// waiting when its caller gave up. An answer faster than that ends the
+	// run. The pick already keeps most attempts off a slow endpoint; this
+	// keeps off the few it still sends it to see whether it has recovered.
+	// Zero (the default) turns it off; otherwise it must be above 1.
+	SlowFactor float64
+	// SlowMin is the least latency that counts as slow, so that a host of
+	// fast endpoints does not eject one for a pause of a few milliseconds;
+	// zero means 100 ms.
+	SlowMin time.Duration
 }
 
 // Resolver looks a host's addresses up; *net.Resolver is one.
@@ -126,6 +139,9 @@ type endpointsConfig struct {
 	window       int
 	base, cap    int64
 	share        float64
+	slowFactor   float64 // 0: no ejection by latency
+	slowMin      int64
+	slowRun      int
 	onEject      func(key, endpoint string, d time.Duration)
 }
 
@@ -149,6 +165,10 @@ func newEndpointsConfig(e *Endpoints) (*endpointsConfig, error) {
 		return nil, cfgerr.New("attempt", "Endpoints.Ejection.FailureRate", "must be at most 1 (negative: off), got %v", x.FailureRate)
 	case x.Window < 0:
 		return nil, cfgerr.New("attempt", "Endpoints.Ejection.Window", "must be >= 0, got %d", x.Window)
+	case x.SlowFactor != 0 && !(x.SlowFactor > 1 && x.SlowFactor <= math.MaxFloat64):
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.SlowFactor", "must be 0 (off) or above 1, got %v", x.SlowFactor)
+	case x.SlowMin < 0:
+		return nil, cfgerr.New("attempt", "Endpoints.Ejection.SlowMin", "must be >= 0, got %v", x.SlowMin)
 	}
 	c := &endpointsConfig{resolver: e.Resolver, refresh: int64(cmp.Or(e.Refresh, defaultRefresh)),
 		maxEndpoints: cmp.Or(e.MaxEndpoints, defaultMaxEndpoints), failures: cmp.Or(x.ConsecutiveFailures, 5),
@@ -160,6 +180,7 @@ func newEndpointsConfig(e *Endpoints) (*endpointsConfig, error) {
 	if c.failures < 0 {
 		c.failures = 0
 	}
+	c.slowFactor, c.slowMin, c.slowRun = x.SlowFactor, int64(cmp.Or(x.SlowMin, 100*time.Millisecond)), cmp.Or(c.failures, 5)
 	if c.resolver == nil {
 		c.resolver = net.DefaultResolver
 	}
@@ -202,6 +223,7 @@ type endpoint struct {
 	until atomic.Int64  // clock.Now at which its ejection ends; 0 if not ejected
 
 	fails       atomic.Int32 // failures in a row
+	slowRun     atomic.Int32 // slow outcomes in a row (Ejection.SlowFactor)
 	window      atomic.Int32 // outcomes in the window in progress (Ejection.Window)
 	windowFails atomic.Int32 // and the failures among them
 
@@ -504,13 +526,55 @@ func (ep *endpoint) sample(now int64, d float64, above bool) {
 // ends a run of failures.
 func (ep *endpoint) answered(now, elapsed int64, failed bool) {
 	ep.sample(now, float64(elapsed), false)
-	ep.record(now, failed)
+	ep.record(now, failed, ep.judgeSlow(now, elapsed, true))
 }
 
 // slow records that an attempt on ep was still waiting after elapsed ns
 // when the caller gave up: it took at least that long.
 func (ep *endpoint) slow(now, elapsed int64) {
 	ep.sample(now, float64(elapsed), true)
+	if ep.judgeSlow(now, elapsed, false) {
+		ep.eject(now)
+	}
+}
+
+// judgeSlow counts an outcome of ep that took elapsed ns towards its
+// ejection by latency (Ejection.SlowFactor) and reports whether it is due:
+// a slow one extends the run, an answer (answer) that was not ends it.
+func (ep *endpoint) judgeSlow(now, elapsed int64, answer bool) bool {
+	cfg := ep.set.t.endpoints
+	switch {
+	case cfg.slowFactor == 0:
+		return false
+	case elapsed > cfg.slowMin && float64(elapsed) > cfg.slowFactor*ep.set.medianLatency(now):
+		return int(ep.slowRun.Add(1)) >= cfg.slowRun
+	case answer && ep.slowRun.Load() != 0:
+		ep.slowRun.Store(0)
+	}
+	return false
+}
+
+// medianLatency is the lower median of the latency estimates of the set's
+// endpoints not ejected that have one, as of their last samples (decayed,
+// an endpoint that answered a while ago would look faster than it is):
+// with two, the faster; with more, one slow endpoint does not move it.
+func (s *endpointSet) medianLatency(now int64) float64 {
+	eps := s.eps.Load()
+	if eps == nil {
+		return math.Inf(1)
+	}
+	var buf [defaultMaxEndpoints]float64
+	est := buf[:0]
+	for _, ep := range *eps {
+		if ep.sampled() && !ep.ejected(now) {
+			est = append(est, ep.estimate())
+		}
+	}
+	if len(est) < 2 {
+		return math.Inf(1) // nothing to compare with
+	}
+	slices.Sort(est)
+	return est[(len(est)-1)/2]
 }
 
 // failed records a failure of ep's own without an answer (a connection not
@@ -520,18 +584,19 @@ func (ep *endpoint) failed(now int64, elapsed int64) {
 	if elapsed >= 0 {
 		ep.sample(now, float64(elapsed), true)
 	}
-	ep.record(now, true)
+	ep.record(now, true, false)
 }
 
 // record counts an outcome of ep's own, a failure or not, and ejects ep,
-// within the share allowed, after ConsecutiveFailures failures in a row or
-// when FailureRate of a window of its outcomes failed.
-func (ep *endpoint) record(now int64, failed bool) {
-	s, cfg := ep.set, ep.set.t.endpoints
-	var due bool
+// within the share allowed, after ConsecutiveFailures failures in a row,
+// when FailureRate of a window of its outcomes failed, or when slow says
+// its latency is due.
+func (ep *endpoint) record(now int64, failed, slow bool) {
+	cfg := ep.set.t.endpoints
+	due := slow
 	if failed {
 		ep.windowFails.Add(1)
-		due = cfg.failures > 0 && int(ep.fails.Add(1)) >= cfg.failures
+		due = cfg.failures > 0 && int(ep.fails.Add(1)) >= cfg.failures || due
 	} else if ep.fails.Load() != 0 {
 		ep.fails.Store(0) // read first: most answers write nothing here
 	}
@@ -540,8 +605,16 @@ func (ep *endpoint) record(now int64, failed bool) {
 		ep.window.Store(0)
 		due = due || cfg.rate > 0 && float64(f) >= cfg.rate*float64(n)
 	}
-	due = due && ep.until.Load() == 0 && ep.dialAddr != ""
-	if !due {
+	if due {
+		ep.eject(now)
+	}
+}
+
+// eject ejects ep at now, unless it is already, or the share of the host's
+// endpoints ejected allows no more, or it is the last one.
+func (ep *endpoint) eject(now int64) {
+	s, cfg := ep.set, ep.set.t.endpoints
+	if ep.until.Load() != 0 || ep.dialAddr == "" {
 		return
 	}
 	s.mu.Lock()
@@ -570,6 +643,7 @@ func (ep *endpoint) record(now int64, failed bool) {
 	ep.until.Store(now + d)
 	ep.mu.Unlock()
 	ep.fails.Store(0)
+	ep.slowRun.Store(0)
 	ep.window.Store(0)
 	ep.windowFails.Store(0)
 	s.mu.Unlock()

@@ -337,6 +337,129 @@ func TestASlowEndpointGetsFewAttempts(t *testing.T) {
 	})
 }
 
+// ejectionsTold collects what OnEject is told, as "endpoint duration".
+type ejectionsTold struct {
+	mu   sync.Mutex
+	told []string
+}
+
+func (e *ejectionsTold) on(_, ep string, d time.Duration) {
+	e.mu.Lock()
+	e.told = append(e.told, fmt.Sprintf("%s %v", ep, d))
+	e.mu.Unlock()
+}
+
+func (e *ejectionsTold) got() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.told)
+}
+
+// With SlowFactor set, an endpoint whose last five outcomes each took more
+// than SlowFactor times the host's median latency (and more than SlowMin)
+// is ejected, and then gets no attempt until its time is up; without it,
+// the pick alone keeps attempts off it, and it keeps getting the few it
+// sends to see whether it has recovered.
+func TestAnEndpointFarSlowerThanTheOthersIsEjectedByLatencyWhenAskedTo(t *testing.T) {
+	for _, factor := range []float64{0, 5} {
+		t.Run(fmt.Sprint("SlowFactor=", factor), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var ej ejectionsTold
+				f, tr, addrs := fleetOf(t, 5, attempt.Ejection{SlowFactor: factor, SlowMin: 50 * time.Millisecond, BaseTime: time.Minute},
+					attempt.Config{Endpoints: &attempt.Endpoints{OnEject: ej.on}})
+				for _, a := range addrs {
+					f.SetDelay(a, 10*time.Millisecond)
+				}
+				slow := addrs[0]
+				f.SetDelay(slow, 200*time.Millisecond)
+				start := time.Now()
+				for time.Since(start) < 40*time.Second {
+					tryGet(tr, "http://svc.test/")
+				}
+				got, at := ej.got(), f.Received(slow)
+				if factor == 0 {
+					if len(got) != 0 || at < 6 {
+						t.Fatalf("off: ejections %q and %d attempts to the slow endpoint; want none, and the pick's probes (at least 6)", got, at)
+					}
+					return
+				}
+				if want := []string{slow + " 1m0s"}; !slices.Equal(got, want) {
+					t.Fatalf("ejections %q, want %q", got, want)
+				}
+				// Ejected after its fifth slow answer; its first may come
+				// before two others have answered, with nothing to compare.
+				if at < 5 || at > 6 {
+					t.Fatalf("the slow endpoint got %d attempts, want 5 or 6, and none while ejected", at)
+				}
+			})
+		})
+	}
+}
+
+// An attempt still waiting when its caller gave up took at least that
+// long: an endpoint that stalls past its callers' deadlines is ejected by
+// latency though it never answers.
+func TestAnEndpointThatStallsPastItsCallersDeadlinesIsEjectedByLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ej ejectionsTold
+		f, tr, addrs := fleetOf(t, 3, attempt.Ejection{SlowFactor: 5, BaseTime: time.Minute},
+			attempt.Config{Endpoints: &attempt.Endpoints{OnEject: ej.on}})
+		for _, a := range addrs {
+			f.SetDelay(a, 5*time.Millisecond)
+		}
+		f.SetDelay(addrs[0], time.Hour)
+		for start := time.Now(); time.Since(start) < time.Minute; {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://svc.test/", nil)
+			if resp, err := tr.RoundTrip(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			cancel()
+		}
+		if got, want := ej.got(), []string{addrs[0] + " 1m0s"}; !slices.Equal(got, want) {
+			t.Errorf("ejections %q, want %q", got, want)
+		}
+		time.Sleep(time.Hour) // the stalled answers end
+	})
+}
+
+// Latency ejection compares an endpoint with the others: when every
+// endpoint of a host is slow, or one is slower but by less than SlowFactor
+// or under SlowMin, none is ejected.
+func TestEndpointsSlowAlikeOrUnderTheMinimumAreNotEjectedByLatency(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		all, slow   time.Duration
+		factor, min float64
+	}{
+		{"all slow", 300 * time.Millisecond, 300 * time.Millisecond, 5, 0.05},
+		{"slower by less than the factor", 100 * time.Millisecond, 400 * time.Millisecond, 5, 0.05},
+		{"under the minimum", time.Millisecond, 40 * time.Millisecond, 5, 0.05},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var ej ejectionsTold
+				f, tr, addrs := fleetOf(t, 3, attempt.Ejection{SlowFactor: tc.factor, SlowMin: time.Duration(tc.min * float64(time.Second))},
+					attempt.Config{Endpoints: &attempt.Endpoints{OnEject: ej.on}})
+				for _, a := range addrs {
+					f.SetDelay(a, tc.all)
+				}
+				f.SetDelay(addrs[0], tc.slow)
+				for start := time.Now(); time.Since(start) < time.Minute; {
+					tryGet(tr, "http://svc.test/")
+				}
+				if got := ej.got(); len(got) != 0 {
+					t.Fatalf("ejected %q", got)
+				}
+				if n := f.Received(addrs[0]); n < 10 {
+					t.Fatalf("the test is void: endpoint %s got only %d attempts", addrs[0], n)
+				}
+			})
+		})
+	}
+}
+
 // Invalid settings fail at construction, naming the field.
 func TestInvalidEndpointSettingsAreRefusedNamingTheField(t *testing.T) {
 	for _, tc := range []struct {
@@ -348,6 +471,9 @@ func TestInvalidEndpointSettingsAreRefusedNamingTheField(t *testing.T) {
 		{attempt.Endpoints{Ejection: attempt.Ejection{MaxShare: 1.5}}, "Endpoints.Ejection.MaxShare"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{FailureRate: 1.5}}, "Endpoints.Ejection.FailureRate"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{Window: -1}}, "Endpoints.Ejection.Window"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{SlowFactor: 0.5}}, "Endpoints.Ejection.SlowFactor"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{SlowFactor: -1}}, "Endpoints.Ejection.SlowFactor"},
+		{attempt.Endpoints{Ejection: attempt.Ejection{SlowMin: -1}}, "Endpoints.Ejection.SlowMin"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: -1}}, "Endpoints.Ejection.BaseTime"},
 		{attempt.Endpoints{Ejection: attempt.Ejection{BaseTime: time.Minute, MaxTime: time.Second}}, "Endpoints.Ejection.MaxTime"},
 	} {
