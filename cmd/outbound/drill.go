@@ -27,7 +27,7 @@ func drillCmd(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report with timelines to `FILE`")
 	metricsAddr := fs.String("metrics", "", "serve the client's metrics in the Prometheus text format at http://`ADDR`/metrics while the drill runs")
-	metricsWait := fs.Duration("metrics-wait", 30*time.Second, "with --metrics: how long to keep serving after the drill (`DURATION`; Ctrl-C stops)")
+	metricsWait := durationFlag(fs, "metrics-wait", 30*time.Second, "with --metrics: how long to keep serving after the drill (`SECONDS`, or a duration: 500ms; Ctrl-C stops)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: outbound drill [flags]
 
