@@ -2,7 +2,7 @@
 // single requests through it with verdicts.
 //
 //	outbound drill [--list] [--scenario NAME]... [--json] [--html FILE] [--metrics ADDR]
-//	outbound do [-X METHOD] [-H 'Name: value']... [-d DATA | -d @FILE | -d @-] [-i] [-v] URL
+//	outbound do [-X METHOD] [-H 'Name: value']... [-d DATA | --data-binary @FILE]... [-i] [-v] [-L] [-f] [-o FILE] [-m SECONDS] URL
 //	outbound upstream [--proto http1|h2c|h2tls] [--addr ADDR] [--fault SPEC]
 //	outbound version
 //
@@ -26,6 +26,17 @@ const (
 	exitIO           = 5 // drill: a report could not be written
 	exitNotCommitted = 3 // do: the call was proven not processed
 	exitUnknown      = 4 // do: the call may or may not have been processed
+)
+
+// Exit codes of do that curl has too, with curl's numbers.
+const (
+	exitTruncated   = 18  // the body ended before its end
+	exitHTTPError   = 22  // -f: the answer's status was 400 or more
+	exitWrite       = 23  // the body could not be written out
+	exitTimeout     = 28  // the call's deadline (-m) expired
+	exitRedirects   = 47  // -L: more redirects than --max-redirs
+	exitH2Stream    = 92  // the HTTP/2 stream was reset while the body streamed
+	exitInterrupted = 130 // Ctrl-C: 128 + SIGINT, what a shell reports of curl
 )
 
 const usage = `outbound: outbound HTTP calls that fail correctly.
