@@ -23,10 +23,16 @@ package drill
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
+	"reflect"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +198,8 @@ type env struct {
 
 	openWait atomic.Int64 // the wait in OPEN of the breaker's latest opening, as it said
 
+	series atomic.Pointer[series] // counts the calls, while the scenario samples (see sample)
+
 	mu  sync.Mutex
 	res ScenarioResult
 }
@@ -224,6 +232,11 @@ func (e *env) buildFrom(cfg outbound.Config) (*outbound.Transport, outbound.Conf
 	}
 	cfg.HTTPTransport = base
 	cfg.Hooks = outbound.ComposeHooks(cfg.Hooks, e.hooks)
+	e.mu.Lock()
+	if e.res.Config == nil { // the scenario's first client: its members are alike
+		e.res.Config = describeConfig(cfg)
+	}
+	e.mu.Unlock()
 	user := cfg.Admission.OnEvent
 	cfg.Admission.OnEvent = func(ev admission.Event) {
 		if ev.Kind == admission.Transition {
@@ -326,6 +339,9 @@ func (e *env) call(r req) result {
 	}
 	res.elapsed = time.Since(start)
 	e.record(since, out)
+	if s := e.series.Load(); s != nil {
+		s.add(r.level, res)
+	}
 	return res
 }
 
@@ -335,20 +351,368 @@ func (e *env) record(since time.Duration, out *outcome.Outcome) {
 	e.res.Calls++
 	e.res.Commits[out.Commit.String()]++
 	e.res.Retries += max(len(out.Attempts)-1, 0)
-	at := since // summed as a duration, rounded once: no float drift
-	for _, a := range out.Attempts {
-		ev := Mark{AtMs: ms(at), Millis: ms(a.Duration), Call: e.res.Calls, Category: a.Category.String(), Status: a.Status, Endpoint: a.Endpoint,
-			Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous}
-		if a.Guard != 0 {
-			ev.Guard = a.Guard.String()
+	for _, ev := range marksOf(e.res.Calls, since, out) {
+		if ev.Guard != "" {
 			e.res.Rejections[ev.Guard]++
 		}
 		e.res.Attempts[ev.Category]++
 		if !e.quiet {
 			e.res.Events = append(e.res.Events, ev)
 		}
-		at += a.Duration + a.Wait
 	}
+}
+
+// marksOf lays the attempts of call, which started at since, out on the
+// scenario's clock, in the order they started. The outcome gives each
+// attempt's duration and the wait after it, not when it started: a call
+// without hedges is a sequence, each attempt starting after the one before
+// and its wait. A hedged round's attempts are in the outcome as they
+// landed, the one that decided the round (whose Decision says what came
+// next) last; the round starts with its first attempt, the only one that is
+// no hedge, and a hedge is placed to end with it, as one the first's answer
+// cancelled does — the latest it can have started, if it ended later.
+func marksOf(call int, since time.Duration, out *outcome.Outcome) []Mark {
+	var marks []Mark
+	at := since // summed as a duration, rounded once: no float drift
+	as := out.Attempts
+	for i := 0; i < len(as); {
+		j := i // the round is as[i..j]: it ends with an attempt that decided a retry, or the call's last
+		for j < len(as)-1 && as[j].Decision == 0 {
+			j++
+		}
+		round := make([]outcome.Attempt, 0, j-i+1)
+		for _, a := range as[i : j+1] { // the first attempt first, then the hedges
+			if !a.Hedge {
+				round = append(round, a)
+			}
+		}
+		first := time.Duration(-1)
+		if len(round) > 0 {
+			first = round[0].Duration
+		}
+		for _, a := range as[i : j+1] {
+			if a.Hedge {
+				round = append(round, a)
+			}
+		}
+		var length time.Duration
+		for _, a := range round {
+			start := at
+			if a.Hedge && first >= 0 {
+				start += max(first-a.Duration, 0)
+			}
+			length = max(length, start-at+a.Duration)
+			ev := Mark{AtMs: ms(start), Millis: ms(a.Duration), Call: call, Category: a.Category.String(), Status: a.Status, Endpoint: a.Endpoint,
+				Failure: a.Category == classify.Answered && a.Status >= 500 || a.Category == classify.Ambiguous,
+				Attempt: len(marks) + 1, Hedge: a.Hedge, Lost: a.Lost}
+			if a.Guard != 0 {
+				ev.Guard = a.Guard.String()
+			}
+			marks = append(marks, ev)
+		}
+		at += length + as[j].Wait
+		i = j + 1
+	}
+	if len(marks) > 0 {
+		marks[len(marks)-1].Commit = out.Commit.String()
+	}
+	return marks
+}
+
+// maxSamples bounds a scenario's series: when it is full, neighbouring
+// samples are merged in pairs and the interval doubles, so that a run of any
+// length keeps between maxSamples/2 and maxSamples samples.
+const maxSamples = 240
+
+// sampleEvery is a series' first interval.
+const sampleEvery = 25 * time.Millisecond
+
+// sample starts the scenario's series: at every interval, on the
+// scenario's clock, snap says the bulkhead's limit and the attempts in
+// flight, and the calls that ended in the interval are counted. stop takes
+// the last sample and puts the series in the report.
+func (e *env) sample(snap func() (limit, inFlight int)) (stop func()) {
+	s := &series{every: sampleEvery, from: e.now()}
+	e.series.Store(s)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(s.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				limit, inFlight := snap()
+				if every := s.tick(e.now(), limit, inFlight); every != 0 {
+					t.Reset(every)
+				}
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		e.series.Store(nil)
+		limit, inFlight := snap()
+		s.tick(e.now(), limit, inFlight)
+		e.mu.Lock()
+		e.res.Series = s.result()
+		e.mu.Unlock()
+	}
+}
+
+// series is a scenario's series as it is sampled.
+type series struct {
+	mu      sync.Mutex
+	every   time.Duration // the interval now
+	from    float64       // the start of the current interval, in ms on the scenario's clock
+	cur     Sample        // the current interval's counts
+	curLat  latencies
+	samples []Sample
+	lat     []latencies // of each sample
+}
+
+// add counts a call that ended now, of criticality level.
+func (s *series) add(level criticality.Level, r result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var c LevelCounts
+	switch {
+	case r.err == nil:
+		c.Answered = 1
+		s.curLat.add(ms(r.elapsed))
+	case errors.Is(r.err, admission.ErrRejected) && r.out != nil && r.out.Commit == outcome.NotCommitted:
+		c.Rejected = 1
+	default:
+		c.Failed = 1
+	}
+	s.cur.Answered += c.Answered
+	s.cur.Rejected += c.Rejected
+	s.cur.Failed += c.Failed
+	if level != criticality.Default {
+		if s.cur.ByLevel == nil {
+			s.cur.ByLevel = map[string]LevelCounts{}
+		}
+		s.cur.ByLevel[level.String()] = addCounts(s.cur.ByLevel[level.String()], c)
+	}
+}
+
+func addCounts(a, b LevelCounts) LevelCounts {
+	return LevelCounts{Answered: a.Answered + b.Answered, Rejected: a.Rejected + b.Rejected, Failed: a.Failed + b.Failed}
+}
+
+// tick ends the current interval at at (ms on the scenario's clock) with
+// a sample of the bulkhead's limit and the attempts in flight. When the
+// series is full it halves it, and returns the interval that doubled; it
+// returns 0 otherwise.
+func (s *series) tick(at float64, limit, inFlight int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at <= s.from && len(s.samples) > 0 {
+		return 0
+	}
+	smp := s.cur
+	smp.AtMs, smp.Millis, smp.Limit, smp.InFlight = at, at-s.from, limit, inFlight
+	s.samples, s.lat = append(s.samples, smp), append(s.lat, s.curLat)
+	s.cur, s.curLat, s.from = Sample{}, latencies{}, at
+	if len(s.samples) < maxSamples {
+		return 0
+	}
+	for i := range len(s.samples) / 2 {
+		a, b := s.samples[2*i], s.samples[2*i+1]
+		b.Millis += a.Millis
+		b.Answered += a.Answered
+		b.Rejected += a.Rejected
+		b.Failed += a.Failed
+		if len(a.ByLevel) > 0 {
+			m := maps.Clone(b.ByLevel)
+			if m == nil {
+				m = map[string]LevelCounts{}
+			}
+			for k, c := range a.ByLevel {
+				m[k] = addCounts(m[k], c)
+			}
+			b.ByLevel = m
+		}
+		s.samples[i] = b
+		s.lat[i] = s.lat[2*i]
+		s.lat[i].merge(&s.lat[2*i+1])
+	}
+	s.samples, s.lat = s.samples[:len(s.samples)/2], s.lat[:len(s.lat)/2]
+	s.every *= 2
+	return s.every
+}
+
+// result returns the samples with their latency percentiles.
+func (s *series) result() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.samples)
+	for i := range out {
+		out[i].P50Ms, out[i].P99Ms = s.lat[i].quantile(0.5), s.lat[i].quantile(0.99)
+	}
+	return out
+}
+
+// latencies is a histogram of latencies in ms, in buckets that grow by
+// latencyGrowth from latencyLow: a quantile is off by less than 5%, and the
+// histogram's size does not depend on the number of calls.
+type latencies struct {
+	n        int
+	min, max float64
+	counts   [latencyBuckets]int32
+}
+
+const (
+	latencyBuckets = 160 // up to 0.05 ms × 1.1^160, about 200 s
+	latencyLow     = 0.05
+	latencyGrowth  = 1.1
+)
+
+func (l *latencies) add(v float64) {
+	b := 0
+	if v > latencyLow {
+		b = min(int(math.Log(v/latencyLow)/math.Log(latencyGrowth)), latencyBuckets-1)
+	}
+	l.counts[b]++
+	if l.n == 0 || v < l.min {
+		l.min = v
+	}
+	l.max = max(l.max, v)
+	l.n++
+}
+
+func (l *latencies) merge(o *latencies) {
+	if o.n == 0 {
+		return
+	}
+	for i, c := range o.counts {
+		l.counts[i] += c
+	}
+	if l.n == 0 || o.min < l.min {
+		l.min = o.min
+	}
+	l.max = max(l.max, o.max)
+	l.n += o.n
+}
+
+// quantile returns the q-quantile (0 < q < 1): the middle of its bucket,
+// within the least and the most seen; 0 for none.
+func (l *latencies) quantile(q float64) float64 {
+	if l.n == 0 {
+		return 0
+	}
+	rank := int32(math.Ceil(q * float64(l.n)))
+	var seen int32
+	for i, c := range l.counts {
+		if seen += c; seen >= rank {
+			v := latencyLow * math.Pow(latencyGrowth, float64(i)+0.5)
+			return math.Round(min(max(v, l.min), l.max)*1000) / 1000
+		}
+	}
+	return l.max
+}
+
+// describeConfig says, for people, what matters of a client's
+// configuration, a few words per part: the fields set, by their names in
+// the configuration; "defaults" for a part left zero.
+func describeConfig(c outbound.Config) map[string]string {
+	or := func(s, zero string) string { return cmp.Or(s, zero) }
+	a := c.Admission
+	d := map[string]string{
+		"MaxAttempts": strconv.Itoa(c.MaxAttempts),
+		"Backoff":     or(fieldsOf(c.Backoff), "defaults"),
+		"Timeouts":    or(fieldsOf(struct{ Timeout, AttemptTimeout time.Duration }{c.Timeout, c.AttemptTimeout}), "none"),
+		"Budget":      or(fieldsOf(c.Budget), "defaults"),
+		"Breaker":     or(fieldsOf(a.Circuit), "defaults"),
+		"Rate":        or(fieldsOf(a.Rate), "none"),
+		"Bulkhead":    "none",
+		"Throttle":    "off",
+		"Hedging":     "off",
+		"Endpoints":   "none: a host is dialed by name",
+	}
+	switch c.MaxAttempts {
+	case 0:
+		d["MaxAttempts"] = fmt.Sprintf("%d (the default)", outbound.DefaultMaxAttempts)
+	case 1:
+		d["MaxAttempts"] = "1: no retries"
+	}
+	if a.RateGuard != nil {
+		d["Rate"] = "a rate guard of its own (RateGuard)" + prefixed(", ", fieldsOf(a.Rate))
+	}
+	if b := a.Bulkhead; b.MaxConcurrent > 0 {
+		kind := "fixed"
+		if b.Adaptive {
+			kind, b.Adaptive = "adaptive", false
+		}
+		d["Bulkhead"] = kind + prefixed(", ", fieldsOf(b))
+	}
+	if t := a.Throttle; t.Enabled {
+		t.Enabled = false
+		d["Throttle"] = "on" + prefixed(", ", fieldsOf(t))
+	}
+	if h := c.Hedging; h != nil {
+		d["Hedging"] = "on" + prefixed(", ", or(fieldsOf(*h), "defaults"))
+		if h.Delay == 0 {
+			d["Hedging"] += ", adaptive delay"
+		}
+	}
+	if ep := c.Endpoints; ep != nil {
+		d["Endpoints"] = "spread over the host's addresses" + prefixed(", ", fieldsOf(*ep))
+	}
+	if other := fieldsOf(struct {
+		IdempotencyKeys                                 bool
+		MaxRetryAfter, IdleConnTimeout, MaxConnAge      time.Duration
+		MaxConnRequests, MaxUpstreams                   int
+		FinishQuantile                                  float64
+		IsFailure, RetryableStatus, OpenOnRetryAfter    bool
+		BreakerRecords, DistrustRefusedStream, Deadline bool
+	}{c.IdempotencyKeys, c.MaxRetryAfter, c.IdleConnTimeout, c.MaxConnAge, c.MaxConnRequests, c.MaxUpstreams, c.FinishQuantile,
+		c.IsFailure != nil, c.RetryableStatus != nil, c.OpenOnRetryAfter != nil,
+		c.BreakerRecords != nil, c.DistrustRefusedStream != nil, c.Deadline != nil}); other != "" {
+		d["Other"] = other
+	}
+	return d
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
+}
+
+// fieldsOf lists the fields of struct v that are set, by name: "Name
+// value" (a bool set is its name alone, a struct its fields in braces),
+// skipping functions and interfaces, which have no words.
+func fieldsOf(v any) string {
+	var parts []string
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		f, fv := rv.Type().Field(i), rv.Field(i)
+		if !f.IsExported() || fv.IsZero() {
+			continue
+		}
+		for fv.Kind() == reflect.Pointer {
+			fv = fv.Elem()
+		}
+		switch fv.Kind() {
+		case reflect.Func, reflect.Interface, reflect.Chan, reflect.Map, reflect.Slice:
+		case reflect.Bool:
+			parts = append(parts, f.Name)
+		case reflect.Struct:
+			if inner := fieldsOf(fv.Interface()); inner != "" {
+				parts = append(parts, f.Name+"{"+inner+"}")
+			}
+		case reflect.Float32, reflect.Float64:
+			parts = append(parts, f.Name+" "+strconv.FormatFloat(fv.Float(), 'g', -1, 64))
+		default:
+			parts = append(parts, f.Name+" "+fmt.Sprint(fv.Interface()))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // check records a verdict.

@@ -3,6 +3,7 @@ package drill_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,12 +32,61 @@ func TestEveryDrillScenarioPasses(t *testing.T) {
 		if len(s.Checks) == 0 {
 			t.Errorf("%s: no verdict", s.Name)
 		}
+		checkRecord(t, s)
 	}
 	if !r.Passed || len(r.Scenarios) != len(drill.Scenarios()) {
 		t.Fatalf("passed %v, %d scenarios", r.Passed, len(r.Scenarios))
 	}
 	if _, err := json.Marshal(r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkRecord checks what the report records of a scenario besides its
+// verdicts: the configuration it ran with; each call's commit status on
+// its last attempt and the attempts numbered in their call; and for the
+// overload scenarios, a bounded series of the bulkhead and the calls.
+func checkRecord(t *testing.T, s drill.ScenarioResult) {
+	t.Helper()
+	if s.Config["MaxAttempts"] == "" || s.Config["Breaker"] == "" || s.Config["Bulkhead"] == "" {
+		t.Errorf("%s: configuration %v", s.Name, s.Config)
+	}
+	commits := map[string]int{}
+	next := map[int]int{} // the next attempt number of each call
+	for _, m := range s.Events {
+		next[m.Call]++
+		if m.Attempt != next[m.Call] {
+			t.Errorf("%s: call %d's attempt %d is numbered %d", s.Name, m.Call, next[m.Call], m.Attempt)
+		}
+		if m.Commit != "" {
+			commits[m.Commit]++
+		}
+	}
+	if len(s.Events) > 0 && fmt.Sprint(commits) != fmt.Sprint(s.Commits) {
+		t.Errorf("%s: commit statuses on the calls' last attempts %v, want the calls' %v", s.Name, commits, s.Commits)
+	}
+	if !strings.HasPrefix(s.Name, "overload") {
+		return
+	}
+	if len(s.Series) < 20 || len(s.Series) > 240 {
+		t.Fatalf("%s: %d samples, want a few dozen (3 s every 25 ms), at most 240", s.Name, len(s.Series))
+	}
+	var answered, refused, limited, inFlight int
+	for _, p := range s.Series {
+		answered, refused = answered+p.Answered, refused+p.Rejected
+		if p.Limit > 0 {
+			limited++
+		}
+		if p.InFlight > 0 {
+			inFlight++
+		}
+		if s.Name == "overload-mixed-criticality" && p.Answered+p.Rejected+p.Failed > 0 && len(p.ByLevel) == 0 {
+			t.Errorf("%s: a sample without its levels: %+v", s.Name, p)
+		}
+	}
+	if answered+refused == 0 || answered+refused > s.Calls || limited < len(s.Series)/2 || inFlight == 0 || s.Series[len(s.Series)/2].P99Ms <= 0 {
+		t.Errorf("%s: the series counts %d answered and %d refused of %d calls; %d samples have a limit, %d attempts in flight; p99 %v",
+			s.Name, answered, refused, s.Calls, limited, inFlight, s.Series[len(s.Series)/2].P99Ms)
 	}
 }
 

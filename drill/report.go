@@ -34,6 +34,48 @@ type ScenarioResult struct {
 	Transitions []Transition `json:"transitions"`
 	Events      []Mark       `json:"events"`
 	Ejections   []Ejection   `json:"ejections,omitempty"` // with Config.Endpoints
+
+	// Series is sampled while the scenario runs, on its clock, in at most
+	// 240 samples whatever its length (neighbours merge as it grows): the
+	// overload and fleet scenarios, whose attempts are too many to keep
+	// one by one, record it.
+	Series []Sample `json:"series,omitempty"`
+
+	// Config is the configuration the scenario's client was built from,
+	// for people, by part ("MaxAttempts", "Timeouts", "Breaker", "Rate",
+	// "Bulkhead", "Hedging", "Endpoints", …): the fields set, by their
+	// names in outbound.Config and its parts; "defaults" or "none" for a
+	// part left zero.
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// Sample is one point of a scenario's series: the state of its upstream's
+// bulkhead at AtMs, and what the calls that ended in the Millis before it
+// came to.
+type Sample struct {
+	AtMs     float64 `json:"at_ms"`
+	Millis   float64 `json:"duration_ms"` // the interval the counts and latencies are of
+	Limit    int     `json:"limit"`       // the bulkhead's limit at AtMs (adaptive: as it was then); 0 without a bulkhead
+	InFlight int     `json:"in_flight"`   // attempts holding a bulkhead slot at AtMs
+	// The calls that ended in the interval: answered, refused by a local
+	// guard (not sent), and failed otherwise.
+	Answered int `json:"answered"`
+	Rejected int `json:"rejected"`
+	Failed   int `json:"failed"`
+	// Percentiles of the latency of the calls answered in the interval,
+	// 0 when none was.
+	P50Ms float64 `json:"latency_p50_ms"`
+	P99Ms float64 `json:"latency_p99_ms"`
+	// ByLevel splits the counts by the calls' criticality ("critical",
+	// "sheddable"), when the scenario marks its calls.
+	ByLevel map[string]LevelCounts `json:"by_level,omitempty"`
+}
+
+// LevelCounts is what the calls of one criticality level came to.
+type LevelCounts struct {
+	Answered int `json:"answered"`
+	Rejected int `json:"rejected"`
+	Failed   int `json:"failed"`
 }
 
 // Ejection is an endpoint kept out of the picks, from AtMs for Millis.
@@ -69,4 +111,15 @@ type Mark struct {
 	Guard    string  `json:"guard,omitempty"`    // for LocalRejection
 	Failure  bool    `json:"failure"`            // an upstream failure for the breaker (e.g. a 503)
 	Endpoint string  `json:"endpoint,omitempty"` // where it went, with Config.Endpoints
+	// Attempt is its number in its call, in the order the attempts
+	// started (1 is the first); Hedge, that it was sent beside another of
+	// the call that had not answered yet, and Lost, that it was cancelled
+	// because another answered first. A retry is an attempt after the
+	// first that is no hedge.
+	Attempt int  `json:"attempt,omitempty"`
+	Hedge   bool `json:"hedge,omitempty"`
+	Lost    bool `json:"lost,omitempty"`
+	// Commit is the call's commit status ("committed", "not committed",
+	// "unknown"), on the call's last attempt only.
+	Commit string `json:"commit,omitempty"`
 }

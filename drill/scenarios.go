@@ -326,6 +326,13 @@ func oneShotPut(e *env) {
 	e.checkInt("heap growth while streaming 16 MiB (KiB)", grew, atMost(4<<10), "< 4096 KiB: not buffered")
 }
 
+// bulkhead says the limit of the bulkhead of the scenario's upstream and
+// the attempts holding a slot, for its series (0 before its first call).
+func (e *env) bulkhead() (limit, inFlight int) {
+	st, _ := e.client.Upstream(e.srv.URL)
+	return st.Limit, st.InFlight
+}
+
 func overload(e *env) {
 	const capacity, service, callers, seconds = 8, 20 * time.Millisecond, 32, 3
 	e.newClient(outbound.Config{MaxAttempts: 1, Admission: admission.Config{
@@ -334,6 +341,7 @@ func overload(e *env) {
 	}})
 	e.quiet = true
 	e.srv.SetDefault(outboundtest.Queued(capacity, service))
+	stop := e.sample(e.bulkhead)
 	end := time.Now().Add(seconds * time.Second)
 	settled := time.Now().Add(seconds * time.Second / 2) // the limit has come down by then
 	var mu sync.Mutex
@@ -366,6 +374,7 @@ func overload(e *env) {
 		})
 	}
 	wg.Wait()
+	stop()
 	e.checkInt("calls answered", answered, atLeast(1), ">= 1")
 	e.checkInt("calls that failed other than by a local rejection", other, eq(0), "0")
 	if st, ok := e.client.Upstream(e.srv.URL); ok && e.cfg.Admission.Bulkhead.Adaptive {
@@ -390,6 +399,7 @@ func overloadMixed(e *env) {
 	const capacity, service, critical, sheddable, seconds = 8, 20 * time.Millisecond, 4, 12, 3
 	e.newClient(outbound.Config{MaxAttempts: 1, Admission: admission.Config{Bulkhead: bulkhead.Config{MaxConcurrent: capacity}}})
 	e.srv.SetDefault(outboundtest.Queued(capacity, service))
+	stop := e.sample(e.bulkhead)
 	end := time.Now().Add(seconds * time.Second)
 	var mu sync.Mutex
 	var answered, refused [2]int // critical, sheddable
@@ -420,6 +430,7 @@ func overloadMixed(e *env) {
 		})
 	}
 	wg.Wait()
+	stop()
 	e.checkInt("calls that failed other than by a local rejection", other, eq(0), "0")
 	share := func(k int) float64 { return float64(answered[k]) / float64(max(answered[k]+refused[k], 1)) }
 	e.check("critical calls answered", ">= 90% of those made", fmt.Sprintf("%.1f%% of %d", 100*share(0), answered[0]+refused[0]), share(0) >= 0.9)
@@ -482,6 +493,14 @@ func fleetShared(e *env) {
 		clients = append(clients, c)
 	}
 	e.srv.SetDefault(outboundtest.Respond(200))
+	stop := e.sample(func() (limit, inFlight int) { // the members' bulkheads, if they have any
+		for _, c := range clients {
+			if st, ok := c.Upstream(e.srv.URL); ok {
+				limit, inFlight = limit+st.Limit, inFlight+st.InFlight
+			}
+		}
+		return limit, inFlight
+	})
 	end := time.Now().Add(seconds * time.Second)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -506,6 +525,7 @@ func fleetShared(e *env) {
 		}
 	}
 	wg.Wait()
+	stop()
 	allowed := f.PerSecond*seconds + float64(f.Burst)
 	got := e.srv.TotalExecutions()
 	e.checkInt("requests the upstream received", got, atMost(int(allowed*1.01)),
