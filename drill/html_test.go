@@ -7,6 +7,8 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +24,15 @@ import (
 	"golang.org/x/net/html"
 )
 
-// The synthetic report of these tests has three scenarios: a recovery (CLOSED → OPEN → HALF_OPEN → CLOSED, about fifty attempts of
-// every category), a failed one whose title carries markup, and one with no
-// attempts at all.
+// The synthetic report of these tests has four scenarios: a recovery (CLOSED → OPEN → HALF_OPEN → CLOSED, about fifty attempts of
+// every category, retries among them), a failed one whose title carries
+// markup, with a hedge, one with no attempts at all, and an overload whose
+// attempts were counted, not kept, with a series sampled by criticality.
 const (
 	synthRecoveryName = "recovery-under-backpressure"
 	synthFailedName   = "h2-goaway-midstream"
 	synthIdleName     = "idle-upstream"
+	synthOverloadName = "overload-mixed-criticality"
 	synthEvilTitle    = `Retries after <script>alert("drill")</script> a GOAWAY & friends`
 )
 
@@ -38,8 +43,52 @@ func synthReport() *Report {
 		Started:   time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC),
 		Millis:    2817.4,
 		Passed:    false,
-		Scenarios: []ScenarioResult{synthRecovery(), synthFailed(), synthIdle()},
+		Scenarios: []ScenarioResult{synthRecovery(), synthFailed(), synthIdle(), synthOverload()},
 	}
+}
+
+// withCommits gives each call's last attempt the call's commit status, as
+// the drill records it: committed if it was answered, unknown if it was
+// ambiguous, not committed otherwise.
+func withCommits(events []Mark) []Mark {
+	last := map[int]int{}
+	for i, e := range events {
+		last[e.Call] = i
+	}
+	for _, i := range last {
+		switch e := &events[i]; e.Category {
+		case "Answered":
+			e.Commit = "committed"
+		case "Ambiguous":
+			e.Commit = "unknown"
+		default:
+			e.Commit = "not committed"
+		}
+	}
+	return events
+}
+
+// synthOverload mimics overload-mixed-criticality: 3 s of calls counted
+// but not kept one by one, a series of 120 samples whose limit comes down
+// from 20 to 8, and critical calls answered while sheddable ones are
+// refused.
+func synthOverload() ScenarioResult {
+	s := ScenarioResult{
+		Name: synthOverloadName, Title: "16 callers against an upstream that serves 8 at a time", Protocol: "HTTP1",
+		Expect: "The critical calls are answered; the sheddable ones absorb the refusals.", Passed: true, Millis: 3010,
+		Checks:   []Check{{What: "critical calls answered", Want: ">= 90%", Got: "99.1%", Passed: true}},
+		Attempts: map[string]int{"Answered": 2400, "LocalRejection": 1800}, Commits: map[string]int{"committed": 2400, "not committed": 1800},
+		Rejections: map[string]int{"bulkhead": 1800}, Calls: 4200, Executions: 2400,
+		Config: map[string]string{"MaxAttempts": "1: no retries", "Bulkhead": "adaptive, MaxConcurrent 64", "Breaker": "defaults", "Zeta": "<b>escaped</b>"},
+	}
+	for i := range 120 {
+		at := float64(i+1) * 25
+		limit := max(20-i/5, 8)
+		s.Series = append(s.Series, Sample{AtMs: at, Millis: 25, Limit: limit, InFlight: min(limit, 6+i%4),
+			Answered: 20, Rejected: 15, P50Ms: 20 + float64(limit), P99Ms: 40 + 2*float64(limit),
+			ByLevel: map[string]LevelCounts{"critical": {Answered: 6}, "sheddable": {Answered: 14, Rejected: 15}}})
+	}
+	return s
 }
 
 // synthRecovery mimics the recovery under back-pressure: the upstream fails, the breaker opens and
@@ -107,6 +156,9 @@ func synthRecovery() ScenarioResult {
 		call++
 		add(call, 1030+float64(i)*40, 8, "Answered", 200, "", false)
 	}
+	s.Events = withCommits(s.Events) // no attempt numbers: a report of before they were recorded
+	s.Config = map[string]string{"MaxAttempts": "1: no retries", "Breaker": "WindowSize 4, MinimumCalls 4, WaitInOpen 300ms",
+		"Rate": "PerSecond 10, Burst 4", "Bulkhead": "fixed, MaxConcurrent 1"}
 	s.Calls = call
 	s.Executions = 35
 	s.Attempts = map[string]int{}
@@ -137,17 +189,24 @@ func synthFailed() ScenarioResult {
 	}
 	for call := 1; call <= 8; call++ {
 		at := float64(call) * 30
-		switch call % 4 {
-		case 0:
+		switch {
+		case call == 7: // a POST, not re-sent: its commit status is unknown
+			s.Events = append(s.Events, Mark{AtMs: at, Millis: 25, Call: call, Category: "Ambiguous", Failure: true})
+		case call%4 == 0:
 			s.Events = append(s.Events, Mark{AtMs: at, Millis: 25, Call: call, Category: "Ambiguous", Failure: true},
 				Mark{AtMs: at + 40, Millis: 12, Call: call, Category: "Answered", Status: 200})
-		case 1:
+		case call%4 == 1:
 			s.Events = append(s.Events, Mark{AtMs: at, Millis: 2, Call: call, Category: "NotSent"},
 				Mark{AtMs: at + 5, Millis: 10, Call: call, Category: "Answered", Status: 200})
+		case call%4 == 2: // hedged: the hedge answered first
+			s.Events = append(s.Events, Mark{AtMs: at, Millis: 14, Call: call, Category: "Ambiguous", Attempt: 1, Lost: true},
+				Mark{AtMs: at + 6, Millis: 8, Call: call, Category: "Answered", Status: 200, Attempt: 2, Hedge: true})
 		default:
 			s.Events = append(s.Events, Mark{AtMs: at, Millis: 14, Call: call, Category: "Answered", Status: 200})
 		}
 	}
+	s.Events = withCommits(s.Events)
+	s.Config = map[string]string{"MaxAttempts": "3 (the default)", "Hedging": "on, Delay 5ms"}
 	return s
 }
 
@@ -277,9 +336,13 @@ func TestWriteHTMLIsOneSelfContainedPageWithASVGPerScenario(t *testing.T) {
 		if id, _ := domAttr(sec, "id"); id != r.Scenarios[i].Name {
 			t.Errorf("section %d has id %q, want the scenario name %q", i, id, r.Scenarios[i].Name)
 		}
-		svgs := domFind(sec, domTag("svg"))
+		svgs := domFind(sec, func(n *html.Node) bool { return n.Data == "svg" && domHasClass(n, "timeline") })
 		if len(svgs) != 1 {
-			t.Fatalf("section %s has %d <svg>, want 1", r.Scenarios[i].Name, len(svgs))
+			t.Fatalf("section %s has %d timelines, want 1", r.Scenarios[i].Name, len(svgs))
+		}
+		charts := domFind(sec, func(n *html.Node) bool { return n.Data == "svg" && domHasClass(n, "chart") })
+		if want := min(len(r.Scenarios[i].Series), 1); len(charts) != want {
+			t.Errorf("section %s has %d charts, want %d", r.Scenarios[i].Name, len(charts), want)
 		}
 		band := domFind(svgs[0], func(n *html.Node) bool { return n.Data == "g" && domHasClass(n, "band") })
 		if len(band) != 1 || len(domFind(band[0], domTag("rect"))) == 0 {
@@ -294,8 +357,8 @@ func TestWriteHTMLIsOneSelfContainedPageWithASVGPerScenario(t *testing.T) {
 			}
 		}
 	}
-	if n := len(domFind(doc, domTag("svg"))); n != len(r.Scenarios) {
-		t.Errorf("%d <svg> in the page, want %d", n, len(r.Scenarios))
+	if n := len(domFind(doc, domTag("svg"))); n != len(r.Scenarios)+1 {
+		t.Errorf("%d <svg> in the page, want a timeline per scenario and the overload's chart, %d", n, len(r.Scenarios)+1)
 	}
 	// The HTML parser forgives unbalanced tags; XML does not. Each SVG is
 	// well-formed on its own, so it could also be cut out of the page.
@@ -346,7 +409,7 @@ func TestWriteHTMLShowsTheVerdicts(t *testing.T) {
 		t.Fatalf("header does not say FAILED: %q", domText(h1[0]))
 	}
 	meta := domFind(doc, func(n *html.Node) bool { return n.Data == "p" && domHasClass(n, "meta") })
-	if len(meta) == 0 || !strings.Contains(domText(meta[0]), "2 scenarios passed, 1 failed") {
+	if len(meta) == 0 || !strings.Contains(domText(meta[0]), "3 scenarios passed, 1 failed") {
 		t.Errorf("header does not count the scenarios: %q", domText(meta[0]))
 	}
 	for _, want := range []string{r.Version, r.GoVersion, "2026-03-14 09:26:53 UTC", "2.82 s"} {
@@ -359,7 +422,7 @@ func TestWriteHTMLShowsTheVerdicts(t *testing.T) {
 	if len(rows) != 1+len(r.Scenarios) {
 		t.Fatalf("summary has %d rows, want a header and %d", len(rows), len(r.Scenarios))
 	}
-	for i, want := range []string{"PASSED", "FAILED", "PASSED"} {
+	for i, want := range []string{"PASSED", "FAILED", "PASSED", "PASSED"} {
 		row := domText(rows[i+1])
 		if !strings.Contains(row, r.Scenarios[i].Name) || !strings.Contains(row, want) {
 			t.Errorf("summary row %d = %q, want %s and %s", i, row, r.Scenarios[i].Name, want)
@@ -555,7 +618,12 @@ func TestWriteHTMLNilReport(t *testing.T) {
 
 // TestHTMLReportRendersInChromium opens the page in headless Chromium and
 // reads back what the page's own script found: every scenario section has a
-// laid-out SVG with its breaker band. It also takes a screenshot.
+// laid-out SVG with its breaker band, and no band segment too thin to see;
+// the overload's charts have their lines drawn through their points, with
+// a legend; each call of a lane of its own has its commit status drawn;
+// the retries' notches and the hedges' hatching are drawn, and named in
+// the legend; the configuration is laid out; and the render check itself
+// is neither seen nor laid out. It also takes a screenshot.
 //
 // With OUTBOUND_SCREENSHOT=<file.png> it also writes a screenshot of the
 // recovery-under-backpressure scenario there (docs/drill-recovery.png is
@@ -584,9 +652,19 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 	}
 	scenarios, _ := domAttr(check[0], "data-scenarios")
 	svgs, _ := domAttr(check[0], "data-svgs")
-	if scenarios != "3" || svgs != "3" {
-		t.Fatalf("render check: data-scenarios=%q data-svgs=%q, want 3 and 3 (%q)", scenarios, svgs, domText(check[0]))
+	if scenarios != "4" || svgs != "4" {
+		t.Fatalf("render check: data-scenarios=%q data-svgs=%q, want 4 and 4", scenarios, svgs)
 	}
+	if _, hidden := domAttr(check[0], "hidden"); !hidden || domText(check[0]) != "" {
+		t.Errorf("the render check is not hidden, or has text: %q", domText(check[0]))
+	}
+	if h, _ := domAttr(check[0], "data-height"); h != "0" {
+		t.Errorf("the render check is laid out %q tall, want 0: hidden", h)
+	}
+	if text := visibleText(parseHTML(t, dom)); strings.Contains(strings.ToLower(text), "render check") {
+		t.Errorf("the page Chromium drew says the render check: %.300q", text)
+	}
+	checkDrawn(t, check[0])
 
 	shot := filepath.Join(dir, "shot.png")
 	screenshot(t, browser, page, shot, "1280,1600")
@@ -596,6 +674,97 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 
 	if out := os.Getenv("OUTBOUND_SCREENSHOT"); out != "" {
 		writeRecoveryScreenshot(t, browser, out)
+	}
+}
+
+// drawnSection is what the page's script found laid out in a scenario's
+// section.
+type drawnSection struct {
+	ID    string `json:"id"`
+	Lines []struct {
+		Class  string  `json:"cls"`
+		Points int     `json:"points"`
+		Length float64 `json:"length"`
+		Drawn  bool    `json:"drawn"`
+	} `json:"lines"`
+	ThinBand int      `json:"thinBand"`
+	Legend   []string `json:"legend"`
+	Commits  int      `json:"commits"`
+	Retries  int      `json:"retries"`
+	Hedges   int      `json:"hedges"`
+	Config   int      `json:"config"`
+}
+
+// checkDrawn checks what the page's script found laid out, per section,
+// against the synthetic report.
+func checkDrawn(t *testing.T, check *html.Node) {
+	t.Helper()
+	data, _ := domAttr(check, "data-sections")
+	var secs []drawnSection
+	if err := json.Unmarshal([]byte(data), &secs); err != nil {
+		t.Fatalf("data-sections %q: %v", data, err)
+	}
+	r := synthReport()
+	if len(secs) != len(r.Scenarios) {
+		t.Fatalf("the script reported %d sections, want %d", len(secs), len(r.Scenarios))
+	}
+	for i, got := range secs {
+		s := r.Scenarios[i]
+		if got.ID != s.Name {
+			t.Errorf("section %d is %q, want %q", i, got.ID, s.Name)
+		}
+		if got.ThinBand != 0 {
+			t.Errorf("%s: %d breaker states drawn thinner than 1.5 px", s.Name, got.ThinBand)
+		}
+		if got.Config != len(s.Config) {
+			t.Errorf("%s: %d configuration values laid out, want %d", s.Name, got.Config, len(s.Config))
+		}
+		calls := map[int]bool{}
+		retries, hedges := 0, 0
+		for j, n := range attemptNumbers(s.Events) {
+			if s.Events[j].Commit != "" {
+				calls[s.Events[j].Call] = true
+			}
+			switch {
+			case s.Events[j].Hedge:
+				hedges++
+			case n > 1:
+				retries++
+			}
+		}
+		if got.Commits != len(calls) || got.Retries != retries || got.Hedges != hedges {
+			t.Errorf("%s: %d commit symbols, %d retries, %d hedges drawn; want %d, %d, %d", s.Name, got.Commits, got.Retries, got.Hedges, len(calls), retries, hedges)
+		}
+		for _, w := range []struct {
+			n    int
+			text string
+		}{{retries, "retry (attempt 2 or later)"}, {hedges, "hedge"}, {len(calls), "call committed"}} {
+			if (w.n > 0) != slices.Contains(got.Legend, w.text) {
+				t.Errorf("%s: %d drawn, legend %v (of %q)", s.Name, w.n, got.Legend, w.text)
+			}
+		}
+		if len(s.Series) == 0 {
+			if len(got.Lines) != 0 {
+				t.Errorf("%s: %d chart lines without a series", s.Name, len(got.Lines))
+			}
+			continue
+		}
+		if len(got.Lines) != 8 {
+			t.Errorf("%s: %d chart lines drawn, want 8", s.Name, len(got.Lines))
+		}
+		for _, l := range got.Lines {
+			if l.Points != len(s.Series) || !l.Drawn || l.Length <= 0 {
+				t.Errorf("%s: line %q: %d points, %v long, laid out %v; want %d points, drawn", s.Name, l.Class, l.Points, l.Length, l.Drawn, len(s.Series))
+			}
+		}
+		for _, w := range []string{"limit", "attempts in flight", "median", "99th percentile", "critical answered", "sheddable refused"} {
+			if !slices.Contains(got.Legend, w) {
+				t.Errorf("%s: legend %v lacks %q", s.Name, got.Legend, w)
+			}
+		}
+	}
+	if secs[0].Commits == 0 || secs[0].Retries == 0 || secs[1].Hedges == 0 || len(secs[3].Lines) == 0 {
+		t.Errorf("the synthetic report lost what it is for: %+v", secs)
 	}
 }
 
@@ -771,5 +940,397 @@ func TestAttemptsThatNameTheirEndpointsAreDrawnOnALanePerEndpoint(t *testing.T) 
 	s.Ejections = nil
 	if tl := buildTimeline(&s); !strings.Contains(tl.Caption, "one lane per call") || len(tl.Ejected) != 0 {
 		t.Errorf("without endpoints: caption %q, %d ejections", tl.Caption, len(tl.Ejected))
+	}
+}
+
+// laneOfMark returns the lane a mark is drawn on, from the row labels of a
+// picture with a named lane per call (a label sits 9 below its lane's
+// top, and a lane is 12 tall).
+func callLaneTops(tl timelineView) map[string]float64 {
+	tops := map[string]float64{}
+	for _, l := range tl.RowLabels {
+		tops[l.Text] = l.Y - 9
+	}
+	return tops
+}
+
+// A retry (an attempt after the first that is no hedge) has a notch before
+// its mark; a hedge is hatched, over the lower part of the lane, above the
+// attempt it ran beside; the tooltips say which, and the legend names both
+// only when the picture has them. A report written before attempts had
+// numbers still shows its retries, by their place in the call.
+func TestRetriesAndHedgesAreDrawnApart(t *testing.T) {
+	s := ScenarioResult{Name: "retries", Title: "retries", Protocol: "HTTP1", Passed: true, Millis: 200, Calls: 3,
+		Events: []Mark{
+			{AtMs: 10, Millis: 5, Call: 1, Category: "Answered", Status: 503, Failure: true, Attempt: 1},
+			{AtMs: 30, Millis: 5, Call: 1, Category: "Answered", Status: 200, Attempt: 2, Commit: "committed"},
+			{AtMs: 50, Millis: 40, Call: 7, Category: "Ambiguous", Attempt: 1, Lost: true},
+			{AtMs: 70, Millis: 20, Call: 7, Category: "Answered", Status: 200, Attempt: 2, Hedge: true, Commit: "committed"},
+			{AtMs: 100, Millis: 5, Call: 9, Category: "Answered", Status: 200, Attempt: 1, Commit: "committed"},
+		}}
+	tl := buildTimeline(&s)
+	titles := map[string]svgMark{}
+	var hedgeGroup markGroup
+	for i, g := range tl.Marks {
+		for _, m := range g.Marks {
+			titles[m.Title[:strings.Index(m.Title, " · ")]] = m
+			if i >= len(markKinds) {
+				hedgeGroup = g
+			}
+		}
+	}
+	for _, want := range []string{"call 1", "retry 2 of call 1", "call 7", "hedge of call 7", "call 9"} {
+		if _, ok := titles[want]; !ok {
+			t.Errorf("no mark whose tooltip begins %q: %v", want, slices.Collect(maps.Keys(titles)))
+		}
+	}
+	retry := titles["retry 2 of call 1"]
+	if len(tl.Retries) != 1 || tl.Retries[0].X+tl.Retries[0].W > retry.X || tl.Retries[0].X < retry.X-3 || tl.Retries[0].Y > retry.Y {
+		t.Errorf("retry notches %+v, want one just before the retry's mark %+v", tl.Retries, retry)
+	}
+	hedge, first := titles["hedge of call 7"], titles["call 7"]
+	if len(tl.Hedges) != 1 || tl.Hedges[0].X != hedge.X || tl.Hedges[0].W != hedge.W || tl.Hedges[0].Y != hedge.Y {
+		t.Errorf("hatching %+v, want one over the hedge's mark %+v", tl.Hedges, hedge)
+	}
+	if hedge.Y <= first.Y || hedge.Y+hedgeGroup.H != first.Y+tl.MarkH || hedgeGroup.H >= tl.MarkH {
+		t.Errorf("the hedge (y %v, %v tall) is not over the lower part of its call's lane (y %v, %v tall)", hedge.Y, hedgeGroup.H, first.Y, tl.MarkH)
+	}
+	legend := legendTexts(tl.Legend)
+	if !slices.Contains(legend, "retry (attempt 2 or later)") || !slices.Contains(legend, "hedge") {
+		t.Errorf("legend %v names no retry or no hedge", legend)
+	}
+
+	page := string(renderHTML(t, &Report{Scenarios: []ScenarioResult{s}}))
+	for _, want := range []string{`<g class="retries notch">`, `<g class="hedges hatch" fill="url(#hatch-retries)">`, `<pattern id="hatch-retries"`,
+		"retry 2 of call 1 · Answered 200", "hedge of call 7 · Answered 200"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+
+	// Without attempt numbers or hedges (an older report): a call's second
+	// attempt is its retry; and a picture without retries or hedges does
+	// not name them.
+	for i := range s.Events {
+		s.Events[i].Attempt, s.Events[i].Hedge = 0, false
+	}
+	if tl := buildTimeline(&s); len(tl.Retries) != 2 || len(tl.Hedges) != 0 {
+		t.Errorf("without numbers: %d retries, %d hedges, want 2 and 0", len(tl.Retries), len(tl.Hedges))
+	}
+	s.Events = []Mark{s.Events[0], s.Events[4]}
+	if legend := legendTexts(buildTimeline(&s).Legend); slices.Contains(legend, "hedge") || slices.Contains(legend, "retry (attempt 2 or later)") {
+		t.Errorf("legend of a picture without retries or hedges: %v", legend)
+	}
+}
+
+func legendTexts(items []legendItem) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, it.Text)
+	}
+	return out
+}
+
+// With a lane per call, each call's commit status is a symbol at its
+// lane's end, in a column right of the time axis: the symbol's shape and
+// class say the status, its tooltip says it in words, and the legend
+// names the statuses drawn. With calls packed into lanes, there is no
+// lane's end to put it at.
+func TestEachCallsCommitStatusIsAtItsLanesEnd(t *testing.T) {
+	s := synthFailed()
+	tl := buildTimeline(&s)
+	tops := callLaneTops(tl)
+	if len(tl.Commits) != s.Calls {
+		t.Fatalf("%d commit symbols, want one per call (%d)", len(tl.Commits), s.Calls)
+	}
+	want := map[int]string{} // from the marks
+	for _, e := range s.Events {
+		if e.Commit != "" {
+			want[e.Call] = e.Commit
+		}
+	}
+	for call := 1; call <= s.Calls; call++ {
+		top, ok := tops[fmt.Sprintf("call %d", call)]
+		if !ok {
+			t.Fatalf("no lane named call %d", call)
+		}
+		var sym *commitSymbol
+		for i, c := range tl.Commits {
+			if c.Y > top && c.Y < top+12 {
+				sym = &tl.Commits[i]
+			}
+		}
+		if sym == nil {
+			t.Fatalf("no commit symbol on the lane of call %d", call)
+		}
+		if sym.X != commitX || sym.X <= plotLeft+plotWidth || sym.X+sym.R > svgWidth {
+			t.Errorf("call %d: symbol at x %v, want %v, right of the time axis and inside the picture", call, sym.X, commitX)
+		}
+		cls := map[string]string{"committed": "c-yes", "not committed": "c-no", "unknown": "c-unk"}[want[call]]
+		if sym.Class != cls || sym.Diamond != (cls == "c-unk") || !strings.HasPrefix(sym.Title, fmt.Sprintf("call %d: %s", call, want[call][:3])) &&
+			!strings.HasPrefix(sym.Title, fmt.Sprintf("call %d: commit status unknown", call)) {
+			t.Errorf("call %d (%s): symbol %+v", call, want[call], sym)
+		}
+	}
+	legend := legendTexts(tl.Legend)
+	for _, w := range []string{"call committed", "call's commit status unknown"} {
+		if !slices.Contains(legend, w) {
+			t.Errorf("legend %v lacks %q", legend, w)
+		}
+	}
+	if slices.Contains(legend, "call not committed") {
+		t.Errorf("legend %v names a status no call had", legend)
+	}
+	page := string(renderHTML(t, &Report{Scenarios: []ScenarioResult{s}}))
+	if n := strings.Count(page, `<circle class="c-yes"`) + strings.Count(page, `<polygon class="c-unk"`); n != s.Calls+2 { // and the legend's two
+		t.Errorf("%d commit symbols in the page, want %d and the legend's 2", n, s.Calls)
+	}
+	if !strings.Contains(page, "<title>call 7: commit status unknown (it may have been processed)</title>") {
+		t.Error("no tooltip says a call's commit status is unknown")
+	}
+
+	busy := synthBusy("busy", 300) // one attempt per call, packed
+	busy.Events = withCommits(busy.Events)
+	if tl := buildTimeline(&busy); len(tl.Commits) != 0 || !strings.Contains(tl.Caption, "packed") {
+		t.Errorf("packed lanes: %d commit symbols, caption %q", len(tl.Commits), tl.Caption)
+	}
+}
+
+// A breaker state far shorter than a unit of the picture (a CLOSED of 0.2
+// ms in 5 s) is still drawn minSegW wide, centred on its time, on top of
+// its neighbours; the neighbours keep their places.
+func TestAShortBreakerStateIsStillVisible(t *testing.T) {
+	s := ScenarioResult{Name: "flap", Passed: true, Millis: 5000, Transitions: []Transition{
+		{AtMs: 1000, From: "CLOSED", To: "OPEN"}, {AtMs: 2000, From: "OPEN", To: "HALF_OPEN"},
+		{AtMs: 2500, From: "HALF_OPEN", To: "CLOSED"}, {AtMs: 2500.2, From: "CLOSED", To: "OPEN"},
+		{AtMs: 4000, From: "OPEN", To: "HALF_OPEN"},
+	}}
+	x := func(ms float64) float64 { return plotLeft + ms/5000*plotWidth }
+	tl := buildTimeline(&s)
+	if len(tl.Band) != 6 {
+		t.Fatalf("%d segments, want 6", len(tl.Band))
+	}
+	for _, seg := range tl.Band {
+		if seg.W < minSegW {
+			t.Errorf("segment %q is %v wide, want at least %v", seg.Title, seg.W, minSegW)
+		}
+	}
+	short := tl.Band[len(tl.Band)-1]
+	if short.Class != "s-closed" || !strings.HasPrefix(short.Title, "CLOSED from 2500 ms") && !strings.HasPrefix(short.Title, "CLOSED from 2.50 s") {
+		t.Fatalf("the last segment drawn is %+v, want the short CLOSED, on top", short)
+	}
+	if mid := short.X + short.W/2; math.Abs(mid-x(2500.1)) > 0.01 || short.W != minSegW || short.Label != "" {
+		t.Errorf("the short CLOSED is at %v, %v wide, named %q; want centred on %v, %v wide, unnamed", short.X, short.W, short.Label, x(2500.1), minSegW)
+	}
+	// The others start and end where their times are.
+	for i, want := range [][2]float64{{0, 1000}, {1000, 2000}, {2000, 2500}, {2500.2, 4000}, {4000, 5000}} {
+		seg := tl.Band[i]
+		if math.Abs(seg.X-x(want[0])) > 1e-9 || math.Abs(seg.X+seg.W-x(want[1])) > 1e-9 {
+			t.Errorf("segment %d is [%v, %v], want [%v, %v]", i, seg.X, seg.X+seg.W, x(want[0]), x(want[1]))
+		}
+	}
+	// At the very start or end, the minimum width stays inside the plot.
+	s.Transitions = []Transition{{AtMs: 0.01, From: "CLOSED", To: "OPEN"}, {AtMs: 4999.99, From: "OPEN", To: "HALF_OPEN"}}
+	for _, seg := range buildTimeline(&s).Band {
+		if seg.X < plotLeft || seg.X+seg.W > plotLeft+plotWidth+1e-9 || seg.W < minSegW {
+			t.Errorf("segment %q at [%v, %v], outside the plot or too narrow", seg.Title, seg.X, seg.X+seg.W)
+		}
+	}
+}
+
+// The series of an overload scenario is drawn as line charts on the
+// timeline's time axis: the bulkhead's limit and the attempts in flight,
+// the latency percentiles, and the calls per second by criticality; each
+// line a path through every sample, each panel with a y axis and a legend.
+func TestTheSeriesIsDrawnAsLineCharts(t *testing.T) {
+	s := synthOverload()
+	c := buildChart(&s)
+	if c == nil || len(c.Panels) != 3 {
+		t.Fatalf("chart %+v, want 3 panels", c)
+	}
+	lines := map[string]lineView{}
+	for _, p := range c.Panels {
+		if len(p.YTicks) < 2 || p.YTicks[0].Text[0] != '0' {
+			t.Errorf("panel %q: y axis %v, want ticks from 0", p.Title, p.YTicks)
+		}
+		if len(p.Legend) != len(p.Lines) {
+			t.Errorf("panel %q: %d legend items for %d lines", p.Title, len(p.Legend), len(p.Lines))
+		}
+		for _, l := range p.Lines {
+			lines[l.Title] = l
+			if l.Points != len(s.Series) || strings.Count(l.D, "L")+strings.Count(l.D, "M") != len(s.Series) || !strings.HasPrefix(l.D, "M") {
+				t.Errorf("line %q: %d points, d %.60q…, want a path through all %d samples", l.Title, l.Points, l.D, len(s.Series))
+			}
+		}
+	}
+	for _, want := range []string{"limit", "attempts in flight", "median", "99th percentile", "critical answered", "critical refused", "sheddable answered", "sheddable refused"} {
+		if _, ok := lines[want]; !ok {
+			t.Errorf("no line %q among %v", want, slices.Collect(maps.Keys(lines)))
+		}
+	}
+	// The limit comes down from 20 to 8: its first point is higher up
+	// than its last, and both are on the time axis of the timeline.
+	var px, py []float64
+	for _, seg := range strings.FieldsFunc(lines["limit"].D, func(r rune) bool { return r == 'M' || r == 'L' }) {
+		var a, b float64
+		fmt.Sscan(seg, &a, &b)
+		px, py = append(px, a), append(py, b)
+	}
+	end := scenarioEnd(&s)
+	if py[0] >= py[len(py)-1] || math.Abs(px[0]-(plotLeft+25/end*plotWidth)) > 0.1 || math.Abs(px[len(px)-1]-(plotLeft+3000/end*plotWidth)) > 0.1 {
+		t.Errorf("limit from (%v, %v) to (%v, %v)", px[0], py[0], px[len(px)-1], py[len(py)-1])
+	}
+	if !strings.Contains(c.Caption, "120 samples") {
+		t.Errorf("caption %q", c.Caption)
+	}
+
+	// A latency where no call was answered is a gap, not a zero.
+	s.Series[10].Answered, s.Series[10].ByLevel = 0, nil
+	for _, p := range buildChart(&s).Panels {
+		for _, l := range p.Lines {
+			if l.Title == "median" && (l.Points != len(s.Series)-1 || strings.Count(l.D, "M") != 2) {
+				t.Errorf("median with a sample of no answer: %d points, %d moves", l.Points, strings.Count(l.D, "M"))
+			}
+		}
+	}
+
+	// Without levels or a bulkhead: the calls by outcome alone.
+	for i := range s.Series {
+		s.Series[i].ByLevel, s.Series[i].Limit, s.Series[i].InFlight = nil, 0, 0
+	}
+	c = buildChart(&s)
+	if len(c.Panels) != 2 || len(c.Panels[1].Lines) != 2 || c.Panels[1].Lines[0].Title != "answered" || c.Panels[1].Lines[1].Title != "refused locally" {
+		t.Errorf("without levels or bulkhead: %d panels, %+v", len(c.Panels), c.Panels[len(c.Panels)-1].Lines)
+	}
+	if buildChart(&ScenarioResult{}) != nil {
+		t.Error("a chart for a scenario without a series")
+	}
+
+	// In the page, after the timeline, as an SVG of its own.
+	doc := parseHTML(t, renderHTML(t, synthReport()))
+	sec := domSections(doc)[3]
+	charts := domFind(sec, func(n *html.Node) bool { return n.Data == "svg" && domHasClass(n, "chart") })
+	if len(charts) != 1 {
+		t.Fatalf("%d charts in the overload's section", len(charts))
+	}
+	paths := domFind(charts[0], func(n *html.Node) bool { return n.Data == "path" && domHasClass(n, "line") })
+	if len(paths) != 8 {
+		t.Errorf("%d lines drawn, want 8", len(paths))
+	}
+	if text := domText(charts[0]); !strings.Contains(text, "sheddable refused") || !strings.Contains(text, "ms") || !strings.Contains(text, "3.0 s") {
+		t.Errorf("the chart's text lacks a legend, a unit or a time: %q", text)
+	}
+	if text := domText(domFind(sec, domTag("svg"))[0]); !strings.Contains(text, "the charts below") {
+		t.Errorf("the overload's timeline does not say where its attempts are: %q", text)
+	}
+}
+
+// However long the series a report holds, its lines have at most
+// maxSeriesPoints points, the merged samples keep every call, and the page
+// stays small.
+func TestTheChartsStayBoundedWhateverTheSeries(t *testing.T) {
+	s := synthOverload()
+	s.Series = nil
+	for i := range 100_000 {
+		s.Series = append(s.Series, Sample{AtMs: float64(i+1) * 10, Millis: 10, Limit: 8, InFlight: i % 9, Answered: 3, Rejected: i % 2,
+			P50Ms: 20, P99Ms: float64(30 + i%50), ByLevel: map[string]LevelCounts{"critical": {Answered: 1}, "sheddable": {Answered: 2, Rejected: i % 2}}})
+	}
+	s.Millis = 1_000_000
+	merged := boundSeries(s.Series, maxSeriesPoints)
+	var answered, rejected, shedRejected int
+	var span float64
+	for _, p := range merged {
+		answered, rejected, shedRejected, span = answered+p.Answered, rejected+p.Rejected, shedRejected+p.ByLevel["sheddable"].Rejected, span+p.Millis
+	}
+	if len(merged) > maxSeriesPoints || answered != 300_000 || rejected != 50_000 || shedRejected != 50_000 || span != 1_000_000 {
+		t.Errorf("merged: %d samples, %d answered, %d refused (%d sheddable) over %v ms", len(merged), answered, rejected, shedRejected, span)
+	}
+	if merged[0].P99Ms != 79 || merged[0].P50Ms != 20 {
+		t.Errorf("merged latency: p50 %v, p99 %v; want the mean 20 and the highest 79", merged[0].P50Ms, merged[0].P99Ms)
+	}
+	c := buildChart(&s)
+	for _, p := range c.Panels {
+		for _, l := range p.Lines {
+			if l.Points > maxSeriesPoints {
+				t.Errorf("line %q has %d points, want at most %d", l.Title, l.Points, maxSeriesPoints)
+			}
+		}
+	}
+	page := renderHTML(t, &Report{Scenarios: []ScenarioResult{s}})
+	t.Logf("a series of 100000 samples: %d KB of HTML", len(page)>>10)
+	if len(page) > 100<<10 {
+		t.Errorf("page is %d KB, want at most 100", len(page)>>10)
+	}
+}
+
+// Each scenario's section shows the configuration it ran with, in a known
+// order, as text.
+func TestTheConfigurationIsShown(t *testing.T) {
+	doc := parseHTML(t, renderHTML(t, synthReport()))
+	for i, sec := range domSections(doc) {
+		s := synthReport().Scenarios[i]
+		dls := domFind(sec, func(n *html.Node) bool { return n.Data == "dl" && domHasClass(n, "config") })
+		if len(s.Config) == 0 {
+			if len(dls) != 0 {
+				t.Errorf("%s: a configuration without one in the report", s.Name)
+			}
+			continue
+		}
+		if len(dls) != 1 {
+			t.Fatalf("%s: %d configuration lists", s.Name, len(dls))
+		}
+		var keys []string
+		for _, dt := range domFind(dls[0], domTag("dt")) {
+			keys = append(keys, domText(dt))
+		}
+		dds := domFind(dls[0], domTag("dd"))
+		if len(keys) != len(s.Config) || len(dds) != len(keys) {
+			t.Fatalf("%s: %v, want the %d parts of %v", s.Name, keys, len(s.Config), s.Config)
+		}
+		for j, k := range keys {
+			if domText(dds[j]) != s.Config[k] {
+				t.Errorf("%s: %s is %q, want %q", s.Name, k, domText(dds[j]), s.Config[k])
+			}
+		}
+		if s.Name == synthOverloadName && fmt.Sprint(keys) != "[MaxAttempts Breaker Bulkhead Zeta]" {
+			t.Errorf("%s: parts in the order %v, want the known ones in their order, then the others", s.Name, keys)
+		}
+	}
+	if page := renderHTML(t, synthReport()); bytes.Contains(page, []byte("<b>escaped")) {
+		t.Error("a configuration's text reached the page as markup")
+	}
+}
+
+// visibleText is the text of the page a person sees: not scripts, styles,
+// or what is hidden.
+func visibleText(n *html.Node) string {
+	if n.Type == html.ElementNode {
+		if _, hidden := domAttr(n, "hidden"); hidden || n.Data == "script" || n.Data == "style" || n.Data == "title" {
+			return ""
+		}
+	}
+	if n.Type == html.TextNode {
+		return n.Data
+	}
+	var b strings.Builder
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		b.WriteString(visibleText(c))
+	}
+	return b.String()
+}
+
+// The render check is for the browser test, not for people: it is a hidden
+// element without text.
+func TestTheRenderCheckIsHidden(t *testing.T) {
+	doc := parseHTML(t, renderHTML(t, synthReport()))
+	check := domFind(doc, func(n *html.Node) bool { v, _ := domAttr(n, "id"); return v == "render-check" })
+	if len(check) != 1 {
+		t.Fatalf("%d render-check elements", len(check))
+	}
+	if _, hidden := domAttr(check[0], "hidden"); !hidden || domText(check[0]) != "" {
+		t.Errorf("render check: hidden %v, text %q", hidden, domText(check[0]))
+	}
+	if text := visibleText(doc); strings.Contains(strings.ToLower(text), "render check") || !strings.Contains(text, synthRecoveryName) {
+		t.Errorf("the visible text says the render check, or is not the page's: %.300q", text)
 	}
 }
