@@ -3,7 +3,7 @@
 //
 //	outbound drill [--list] [--scenario NAME]... [--json] [--html FILE] [--metrics ADDR]
 //	outbound do [-X METHOD] [-H 'Name: value']... [-d DATA | --data-binary @FILE]... [-i] [-v] [-L] [-f] [-o FILE] [-m SECONDS] URL
-//	outbound upstream [--proto http1|h2c|h2tls] [--addr ADDR] [--fault SPEC]
+//	outbound upstream [--proto http1|h2c|h2tls] [--addr ADDR] [--fault SPEC | --conn-fault SPEC]
 //	outbound version
 //
 // Run `outbound help COMMAND` for the flags.
