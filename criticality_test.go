@@ -8,9 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/attempt"
 	"github.com/outboundhq/outbound/criticality"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 	"github.com/outboundhq/outbound/retry"
 )
 
@@ -109,5 +113,50 @@ func TestTheCriticalityIsSentOnlyToTheHostsNamed(t *testing.T) {
 	if _, err := outbound.New(outbound.Config{SendCriticality: &outbound.SendCriticality{Header: "X-Criticality"}}); err == nil ||
 		!strings.Contains(err.Error(), "SendCriticality.Hosts") {
 		t.Fatalf("no hosts: %v", err)
+	}
+}
+
+// TestCriticalityNeverChangesEjectionStatistics: the same answers to
+// sheddable, default and critical calls eject an endpoint after the same
+// failures, for the same time, and let it back at the same time.
+func TestCriticalityNeverChangesEjectionStatistics(t *testing.T) {
+	var seen []string
+	for _, l := range []criticality.Level{criticality.Sheddable, criticality.Default, criticality.Critical} {
+		synctest.Test(t, func(t *testing.T) {
+			ips := testkit.Loopbacks(3)
+			all := testkit.AddrPorts(ips, 80)
+			sick := all[0]
+			f := testkit.NewFleet(all...)
+			f.Set(sick, 503)
+			var told []string
+			start := time.Now()
+			tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: f.Dial}, MaxAttempts: 1,
+				Endpoints: &attempt.Endpoints{Resolver: testkit.Names{"svc.test": ips},
+					Ejection: attempt.Ejection{ConsecutiveFailures: 3, BaseTime: 10 * time.Second, MaxShare: 0.5},
+					OnEject: func(_, ep string, d time.Duration) {
+						told = append(told, fmt.Sprintf("%s for %v at %v", ep, d, time.Since(start).Truncate(time.Second)))
+					}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			ctx := criticality.With(context.Background(), l)
+			var got []int
+			for range 3 {
+				for range 100 {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://svc.test/", nil)
+					if resp, err := tr.RoundTrip(req); err == nil {
+						resp.Body.Close()
+					}
+				}
+				got = append(got, f.Received(sick))
+				time.Sleep(11 * time.Second)
+			}
+			seen = append(seen, fmt.Sprintf("received %v, told %q", got, told))
+		})
+	}
+	want := `received [3 6 6], told ["127.0.0.2:80 for 10s at 0s" "127.0.0.2:80 for 0s at 11s" "127.0.0.2:80 for 20s at 11s"]`
+	if seen[0] != seen[1] || seen[1] != seen[2] || seen[0] != want {
+		t.Fatalf("ejections after sheddable, default, critical calls:\n%s\nwant each\n%s", strings.Join(seen, "\n"), want)
 	}
 }
