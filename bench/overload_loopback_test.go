@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,11 +186,14 @@ func serveLoopback(tb testing.TB, h http.HandlerFunc) string {
 // name to a fresh upstream of capacity loopCapacity for d, and at change (if
 // > 0) sets its capacity to changeTo. A refused caller tries again after a
 // tenth of the service time. With critical > 0, the first critical callers'
-// calls are critical and the others' sheddable (package criticality).
+// calls are critical and the others' sheddable (package criticality),
+// unless name ends in "/unmarked": then the same callers' calls are not
+// marked, and critical only says whose goodput is counted as critical.
 func driveLoopback(tb testing.TB, name string, callers, critical int, d, change time.Duration, changeTo int) loopResult {
 	u := &queueing{service: loopService, capacity: loopCapacity}
 	url := serveQueueing(tb, u)
-	c := newLoopClient(tb, name, url)
+	base, unmarked := strings.CutSuffix(name, "/unmarked") // the same callers, their calls not marked
+	c := newLoopClient(tb, base, url)
 	warm := d * 3 / 8
 	var (
 		mu        sync.Mutex
@@ -204,6 +208,7 @@ func driveLoopback(tb testing.TB, name string, callers, critical int, d, change 
 	for i := range callers {
 		cctx := ctx
 		switch {
+		case unmarked:
 		case i < critical:
 			cctx = criticality.With(ctx, criticality.Critical)
 		case critical > 0:
@@ -296,7 +301,7 @@ func BenchmarkOverloadLoopback(b *testing.B) {
 			demand := max(driveLoopback(b, "none", loopCapacity/2, loopCapacity/2, d, 0, 0).critical, 1)
 			capacity := float64(loopCapacity) / loopService.Seconds()
 			b.ReportMetric(demand*loopService.Seconds()/(loopCapacity/2), "demand/nominal")
-			for _, name := range []string{"none", "fixed", "outbound-adaptive", "failsafe-prioritized"} {
+			for _, name := range []string{"none", "fixed", "fixed/unmarked", "outbound-adaptive", "outbound-adaptive/unmarked", "failsafe-prioritized"} {
 				r := driveLoopback(b, name, int(load*loopCapacity), loopCapacity/2, d, 0, 0)
 				b.ReportMetric(r.critical/demand, name+"-critical/demand")
 				b.ReportMetric(r.goodput/capacity, name+"-goodput/capacity")
