@@ -10,17 +10,41 @@ import (
 	"testing"
 )
 
-// Every Go snippet of the README is compiled and run: its lines appear, in
-// order and one after the other, in the body of an Example function of the
-// repository, which the test suite compiles and whose output it checks. A
-// snippet that drifts from the code it shows fails here.
-func TestEveryGoSnippetOfTheREADMEIsInAnExample(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+// docsWithGo are the Markdown files whose Go snippets are checked: the
+// README and every page of the documentation.
+func docsWithGo(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	more, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, p := range append(paths, more...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[p] = string(b)
+	}
+	if docs["README.md"] == "" {
+		t.Fatal("no README.md")
+	}
+	return docs
+}
+
+// Every Go snippet of the README and the documentation is compiled and
+// run: its lines appear, in order and one after the other, in the body of
+// an Example function of the repository, which the test suite compiles
+// and whose output it checks. A snippet that drifts from the code it shows
+// fails here.
+func TestEveryGoSnippetOfTheDocsIsInAnExample(t *testing.T) {
+	docs := docsWithGo(t)
 	var bodies [][]string // the lines of every Example's body, trimmed
-	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
 			return err
 		}
@@ -46,39 +70,38 @@ func TestEveryGoSnippetOfTheREADMEIsInAnExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snippets := goBlocks(string(readme))
-	if len(snippets) < 5 {
-		t.Fatalf("only %d Go snippets found in the README", len(snippets))
+	if n := len(goBlocks(docs["README.md"])); n < 5 {
+		t.Fatalf("only %d Go snippets found in the README", n)
 	}
-	for _, sn := range snippets {
-		want := lines(sn.text)
-		found := false
-		for _, b := range bodies {
-			if contains(b, want) {
-				found = true
-				break
+	for path, md := range docs {
+		for _, sn := range goBlocks(md) {
+			want := lines(sn.text)
+			found := false
+			for _, b := range bodies {
+				if contains(b, want) {
+					found = true
+					break
+				}
 			}
-		}
-		if !found {
-			t.Errorf("README.md:%d: this snippet is in no Example function:\n%s", sn.line, sn.text)
+			if !found {
+				t.Errorf("%s:%d: this snippet is in no Example function:\n%s", path, sn.line, sn.text)
+			}
 		}
 	}
 }
 
-// TestEveryGoSnippetOfTheREADMEParses: a snippet read on its own is
+// TestEveryGoSnippetOfTheDocsParses: a snippet read on its own is
 // whole Go — statements, or declarations — not a fragment cut mid-block
 // (an Example may hold it among others).
-func TestEveryGoSnippetOfTheREADMEParses(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sn := range goBlocks(string(readme)) {
-		fset := token.NewFileSet()
-		_, errStmts := parser.ParseFile(fset, "snippet.go", "package p\nfunc _() {\n"+sn.text+"\n}\n", 0)
-		_, errDecls := parser.ParseFile(fset, "snippet.go", "package p\n"+sn.text, 0)
-		if errStmts != nil && errDecls != nil {
-			t.Errorf("README.md:%d: this snippet is not whole Go: %v\n%s", sn.line, errStmts, sn.text)
+func TestEveryGoSnippetOfTheDocsParses(t *testing.T) {
+	for path, md := range docsWithGo(t) {
+		for _, sn := range goBlocks(md) {
+			fset := token.NewFileSet()
+			_, errStmts := parser.ParseFile(fset, "snippet.go", "package p\nfunc _() {\n"+sn.text+"\n}\n", 0)
+			_, errDecls := parser.ParseFile(fset, "snippet.go", "package p\n"+sn.text, 0)
+			if errStmts != nil && errDecls != nil {
+				t.Errorf("%s:%d: this snippet is not whole Go: %v\n%s", path, sn.line, errStmts, sn.text)
+			}
 		}
 	}
 }
