@@ -85,43 +85,7 @@ type doFlags struct {
 
 func doCmd(args []string, stdout, stderr io.Writer) int {
 	var o doFlags
-	fs := flag.NewFlagSet("do", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&o.method, "X", "", "request `METHOD` (default GET, or POST with -d); with -L, the method of every request, as in curl")
-	alias(fs, "request", "X")
-	fs.Var(&o.headers, "H", "request `HEADER` 'Name: value' (repeatable; 'Host: name' sets the host)")
-	alias(fs, "header", "H")
-	fs.Var(&dataFlag{pieces: &o.data}, "d", "request body `DATA`, as curl's -d: literal, @FILE or @- (standard input: a one-shot body), carriage returns and newlines stripped from FILE and standard input; pieces of repeated -d joined with &; sent as application/x-www-form-urlencoded unless -H sets a Content-Type")
-	alias(fs, "data", "d")
-	fs.Var(&dataFlag{pieces: &o.data, binary: true}, "data-binary", "request body `DATA` sent as is: literal, @FILE (its exact bytes, read again for each attempt) or @- (standard input, a one-shot body)")
-	fs.BoolVar(&o.include, "i", false, "print the response status line and headers before the body")
-	alias(fs, "include", "i")
-	fs.StringVar(&o.output, "o", "", "write the body (and -i's headers) to `FILE` instead of standard output (- is standard output); not created without an answer, nor with -f's failure")
-	alias(fs, "output", "o")
-	fs.BoolVar(&o.follow, "L", false, "follow redirects (301, 302, 303, 307, 308) as curl does: 301 and 302 turn a POST into a GET, 303 anything but HEAD; 307 and 308 send the method and body again; Authorization and Cookie headers are not sent to another host")
-	alias(fs, "location", "L")
-	fs.IntVar(&o.maxRedirs, "max-redirs", 50, "with -L: most redirects followed (`N`)")
-	fs.BoolVar(&o.fail, "f", false, "fail on an HTTP status of 400 or more: print no body, exit 22")
-	alias(fs, "fail", "f")
-	fs.BoolVar(&o.verbose, "v", false, "also print, per attempt, the request line and headers as sent, every guard event and the attempt's result; then the response headers")
-	alias(fs, "verbose", "v")
-	o.timeout = durationFlag(fs, "timeout", 30*time.Second, "deadline of the whole call, the body included (`SECONDS`, or a duration: 500ms; 0: none)")
-	alias(fs, "m", "timeout")
-	alias(fs, "max-time", "timeout")
-	o.attemptTimeout = durationFlag(fs, "attempt-timeout", 0, "deadline of each attempt (`SECONDS`, or a duration; 0: none)")
-	fs.IntVar(&o.maxAttempts, "max-attempts", 3, "most attempts, the first included (`N`; 1: no retry)")
-	o.maxRetryAfter = durationFlag(fs, "max-retry-after", 30*time.Second, "longest Retry-After honoured (`SECONDS`, or a duration)")
-	fs.Float64Var(&o.rate, "rate", 0, "rate limit of the upstream, attempts per second (`N`; 0: none)")
-	fs.IntVar(&o.bulkhead, "bulkhead", 0, "most attempts in flight to the upstream (`N`; 0: no bulkhead)")
-	fs.BoolVar(&o.idemKey, "idempotency-key", false, "attach a generated Idempotency-Key to a non-idempotent request")
-	fs.BoolVar(&o.h2c, "h2c", false, "speak HTTP/2 without TLS (prior knowledge) to http:// URLs")
-	fs.StringVar(&o.cacert, "cacert", "", "PEM `FILE` of the CA certificates to trust for https://")
-	fs.BoolVar(&o.insec, "k", false, "do not verify the server's certificate")
-	alias(fs, "insecure", "k")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, doUsage)
-		printFlags(stderr, fs)
-	}
+	fs := o.flagSet(stderr)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -159,7 +123,6 @@ func doCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer t.Close()
-
 	method := o.method
 	if method == "" {
 		method = http.MethodGet
@@ -172,6 +135,7 @@ func doCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outbound do:", err)
 		return exitUsage
 	}
+
 	sigCtx, stop := signal.NotifyContext(context.Background(), interrupt...)
 	defer stop()
 	ctx, cancel := sigCtx, context.CancelFunc(func() {})
@@ -179,159 +143,249 @@ func doCmd(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(sigCtx, *o.timeout)
 	}
 	defer cancel()
-	ended := func() string { // why ctx ended: "" (it did not), "interrupted" or "timed out"
-		switch {
-		case sigCtx.Err() != nil:
-			return "interrupted"
-		case ctx.Err() != nil:
-			return "timed out"
-		}
-		return ""
+	r := &doRun{o: &o, t: t, tr: tr, p: p, first: u, body: body, stderr: stderr,
+		dst: &output{name: o.output, stdout: stdout}, sigCtx: sigCtx, ctx: ctx}
+	defer r.dst.close()
+	resp, out, req, code, err := r.call(req)
+	if code != exitOK {
+		return code
 	}
-	dst := &output{name: o.output, stdout: stdout}
-	defer dst.close()
+	code, received, bodyErr := r.deliver(resp)
+	return r.conclude(req, resp, out, err, code, received, bodyErr)
+}
 
-	// The call, and with -L the calls its redirects ask for.
-	var resp *http.Response
-	var out *outcome.Outcome
+// flagSet defines do's flags into o.
+func (o *doFlags) flagSet(stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("do", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.method, "X", "", "request `METHOD` (default GET, or POST with -d); with -L, the method of every request, as in curl")
+	alias(fs, "request", "X")
+	fs.Var(&o.headers, "H", "request `HEADER` 'Name: value' (repeatable; 'Host: name' sets the host)")
+	alias(fs, "header", "H")
+	fs.Var(&dataFlag{pieces: &o.data}, "d", "request body `DATA`, as curl's -d: literal, @FILE or @- (standard input: a one-shot body), carriage returns and newlines stripped from FILE and standard input; pieces of repeated -d joined with &; sent as application/x-www-form-urlencoded unless -H sets a Content-Type")
+	alias(fs, "data", "d")
+	fs.Var(&dataFlag{pieces: &o.data, binary: true}, "data-binary", "request body `DATA` sent as is: literal, @FILE (its exact bytes, read again for each attempt) or @- (standard input, a one-shot body)")
+	fs.BoolVar(&o.include, "i", false, "print the response status line and headers before the body")
+	alias(fs, "include", "i")
+	fs.StringVar(&o.output, "o", "", "write the body (and -i's headers) to `FILE` instead of standard output (- is standard output); not created without an answer, nor with -f's failure")
+	alias(fs, "output", "o")
+	fs.BoolVar(&o.follow, "L", false, "follow redirects (301, 302, 303, 307, 308) as curl does: 301 and 302 turn a POST into a GET, 303 anything but HEAD; 307 and 308 send the method and body again; Authorization and Cookie headers are not sent to another host")
+	alias(fs, "location", "L")
+	fs.IntVar(&o.maxRedirs, "max-redirs", 50, "with -L: most redirects followed (`N`)")
+	fs.BoolVar(&o.fail, "f", false, "fail on an HTTP status of 400 or more: print no body, exit 22")
+	alias(fs, "fail", "f")
+	fs.BoolVar(&o.verbose, "v", false, "also print, per attempt, the request line and headers as sent, every guard event and the attempt's result; then the response headers")
+	alias(fs, "verbose", "v")
+	o.timeout = durationFlag(fs, "timeout", 30*time.Second, "deadline of the whole call, the body included (`SECONDS`, or a duration: 500ms; 0: none)")
+	alias(fs, "m", "timeout")
+	alias(fs, "max-time", "timeout")
+	o.attemptTimeout = durationFlag(fs, "attempt-timeout", 0, "deadline of each attempt (`SECONDS`, or a duration; 0: none)")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 3, "most attempts, the first included (`N`; 1: no retry)")
+	o.maxRetryAfter = durationFlag(fs, "max-retry-after", 30*time.Second, "longest Retry-After honoured (`SECONDS`, or a duration)")
+	fs.Float64Var(&o.rate, "rate", 0, "rate limit of the upstream, attempts per second (`N`; 0: none)")
+	fs.IntVar(&o.bulkhead, "bulkhead", 0, "most attempts in flight to the upstream (`N`; 0: no bulkhead)")
+	fs.BoolVar(&o.idemKey, "idempotency-key", false, "attach a generated Idempotency-Key to a non-idempotent request")
+	fs.BoolVar(&o.h2c, "h2c", false, "speak HTTP/2 without TLS (prior knowledge) to http:// URLs")
+	fs.StringVar(&o.cacert, "cacert", "", "PEM `FILE` of the CA certificates to trust for https://")
+	fs.BoolVar(&o.insec, "k", false, "do not verify the server's certificate")
+	alias(fs, "insecure", "k")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, doUsage)
+		printFlags(stderr, fs)
+	}
+	return fs
+}
+
+// doRun is one run of do, once its flags are read.
+type doRun struct {
+	o      *doFlags
+	t      *outbound.Transport
+	tr     *http.Transport
+	p      *printer
+	first  *url.URL    // the URL given
+	body   *bodySource // nil: none
+	stderr io.Writer
+	dst    *output
+	sigCtx context.Context // ended by Ctrl-C
+	ctx    context.Context // ended by Ctrl-C or the deadline
+}
+
+// ended says why the call's context ended: "" (it did not), "interrupted"
+// (Ctrl-C) or "timed out" (the deadline).
+func (r *doRun) ended() string {
+	switch {
+	case r.sigCtx.Err() != nil:
+		return "interrupted"
+	case r.ctx.Err() != nil:
+		return "timed out"
+	}
+	return ""
+}
+
+// call makes the call, and with -L the calls its redirects ask for, and
+// returns the last one's request and result. A code other than exitOK
+// ends do at once.
+func (r *doRun) call(req *http.Request) (*http.Response, *outcome.Outcome, *http.Request, int, error) {
 	for hop := 0; ; hop++ {
-		p.setURL(req.URL)
-		resp, out, err = t.Do(req.WithContext(ctx))
-		if resp == nil || !o.follow {
-			break
+		r.p.setURL(req.URL)
+		resp, out, err := r.t.Do(req.WithContext(r.ctx))
+		if resp == nil || !r.o.follow {
+			return resp, out, req, exitOK, err
 		}
 		next, keepBody, isRedirect := redirect(resp.StatusCode, req.Method)
 		loc := resp.Header.Get("Location")
 		if !isRedirect || loc == "" {
-			break
+			return resp, out, req, exitOK, err
 		}
 		target, perr := req.URL.Parse(loc)
 		if perr != nil || (target.Scheme != "http" && target.Scheme != "https") {
-			fmt.Fprintf(stderr, "! not following the redirect to %q: not an http:// or https:// URL\n", loc)
-			break
+			fmt.Fprintf(r.stderr, "! not following the redirect to %q: not an http:// or https:// URL\n", loc)
+			return resp, out, req, exitOK, err
 		}
-		if hop == o.maxRedirs {
+		if hop == r.o.maxRedirs {
 			resp.Body.Close()
-			explain(stderr, out, resp)
-			fmt.Fprintf(stderr, "error: more than %d redirects (--max-redirs)\n", o.maxRedirs)
-			return exitRedirects
+			explain(r.stderr, out, resp)
+			fmt.Fprintf(r.stderr, "error: more than %d redirects (--max-redirs)\n", r.o.maxRedirs)
+			return nil, out, req, exitRedirects, err
 		}
-		if o.verbose {
-			p.response(resp)
+		if r.o.verbose {
+			r.p.response(resp)
 		}
-		if o.include {
-			writeHead(dst, resp)
+		if r.o.include {
+			writeHead(r.dst, resp)
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
-		fmt.Fprintf(stderr, "redirect %d: %s after %d attempt(s) -> %s\n", hop+1, resp.Status, len(out.Attempts), target.Redacted())
-		if o.methodSet {
-			next = o.method
-		}
-		if keepBody && body != nil && body.oneShot() {
-			fmt.Fprintf(stderr, "outbound do: cannot follow the %d: it asks for the body again, and standard input was already sent\n", resp.StatusCode)
-			return exitFailed
+		fmt.Fprintf(r.stderr, "redirect %d: %s after %d attempt(s) -> %s\n", hop+1, resp.Status, len(out.Attempts), target.Redacted())
+		if r.o.methodSet {
+			next = r.o.method
 		}
 		var b *bodySource
 		if keepBody {
-			b = body
+			b = r.body
 		}
-		req, err = newRequest(next, target, b, o.headers, sameOrigin(u, target))
-		if err != nil {
-			fmt.Fprintln(stderr, "outbound do:", err)
-			return exitFailed
+		if b != nil && b.oneShot() {
+			fmt.Fprintf(r.stderr, "outbound do: cannot follow the %d: it asks for the body again, and standard input was already sent\n", resp.StatusCode)
+			return nil, out, req, exitFailed, err
+		}
+		if req, err = newRequest(next, target, b, r.o.headers, sameOrigin(r.first, target)); err != nil {
+			fmt.Fprintln(r.stderr, "outbound do:", err)
+			return nil, out, req, exitFailed, err
 		}
 	}
+}
 
-	// The answer: its head and body, unless -f refuses it.
-	var bodyErr error // how the body ended, if not at its end
-	var received int64
-	code := exitOK
-	if resp != nil {
-		if o.verbose {
-			p.response(resp)
-		}
-		if o.include {
-			writeHead(dst, resp)
-		}
-		if o.fail && resp.StatusCode >= 400 {
-			resp.Body.Close()
-			code = exitHTTPError
-		} else {
-			var readErr, writeErr error
-			if writeErr = dst.open(); writeErr == nil {
-				received, readErr, writeErr = copyBody(dst, resp.Body)
-			}
-			resp.Body.Close()
-			switch {
-			case writeErr != nil:
-				bodyErr, code = writeErr, exitWrite
-			case readErr != nil && ended() == "interrupted":
-				bodyErr, code = readErr, exitInterrupted
-			case readErr != nil && ended() == "timed out":
-				bodyErr, code = readErr, exitTimeout
-			case readErr != nil && isStreamError(readErr):
-				bodyErr, code = readErr, exitH2Stream
-			case readErr != nil:
-				bodyErr, code = readErr, exitTruncated
-			}
-		}
-		if err := dst.close(); err != nil && code == exitOK {
-			bodyErr, code = err, exitWrite
-		}
+// deliver writes the answer's head (-i) and body, unless -f refuses it,
+// and says how that ended: exitOK, or the code of what cut it short, the
+// bytes of the body received and the error that ended it.
+func (r *doRun) deliver(resp *http.Response) (code int, received int64, bodyErr error) {
+	if resp == nil {
+		return exitOK, 0, nil
 	}
-	why := ended()
+	if r.o.verbose {
+		r.p.response(resp)
+	}
+	if r.o.include {
+		writeHead(r.dst, resp)
+	}
+	if r.o.fail && resp.StatusCode >= 400 {
+		resp.Body.Close()
+		return exitHTTPError, 0, r.dst.close()
+	}
+	var readErr, writeErr error
+	if writeErr = r.dst.open(); writeErr == nil {
+		received, readErr, writeErr = copyBody(r.dst, resp.Body)
+	}
+	resp.Body.Close()
+	if err := r.dst.close(); writeErr == nil {
+		writeErr = err
+	}
+	switch {
+	case writeErr != nil:
+		return exitWrite, received, writeErr
+	case readErr == nil:
+		return exitOK, received, nil
+	case r.ended() == "interrupted":
+		return exitInterrupted, received, readErr
+	case r.ended() == "timed out":
+		return exitTimeout, received, readErr
+	case isStreamError(readErr):
+		return exitH2Stream, received, readErr
+	}
+	return exitTruncated, received, readErr
+}
+
+// conclude explains the outcome of the call, says what cut it short, and
+// returns do's exit status.
+func (r *doRun) conclude(req *http.Request, resp *http.Response, out *outcome.Outcome, err error, code int, received int64, bodyErr error) int {
+	stderr, timeout := r.stderr, *r.o.timeout
+	why := r.ended()
+	// An answer held while its retry waited is the call's answer when the
+	// deadline or Ctrl-C ends the wait: the call was still ended by them.
+	cutShort := resp != nil && code == exitOK && why != "" &&
+		(out.End == outcome.ContextDone || out.End == outcome.DeadlineExceeded || out.End == outcome.Cancelled)
+	if cutShort && why == "timed out" {
+		code = exitTimeout
+	} else if cutShort {
+		code = exitInterrupted
+	}
 	explain(stderr, out, resp)
+	if resp != nil {
+		switch {
+		case code == exitHTTPError:
+			fmt.Fprintf(stderr, "error: the upstream answered %s; -f prints no body of an answer of 400 or more\n", resp.Status)
+		case code == exitWrite:
+			fmt.Fprintln(stderr, "error: writing the body:", bodyErr)
+		case cutShort:
+			fmt.Fprintf(stderr, "%s: the call was ended while it waited to retry; the answer is the last attempt's\n", why)
+		case code == exitTimeout:
+			fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired while the body streamed, after %d byte(s)%s\n", timeout, received, ofLength(resp))
+		case code == exitInterrupted:
+			fmt.Fprintf(stderr, "interrupted: the call was ended while the body streamed, after %d byte(s)%s\n", received, ofLength(resp))
+		case code != exitOK:
+			fmt.Fprintf(stderr, "error: the body ended early, after %d byte(s)%s: %v\n", received, ofLength(resp), cause(bodyErr))
+		}
+		return code
+	}
 	var ce *classify.Error
 	switch {
-	case resp != nil && code == exitHTTPError:
-		fmt.Fprintf(stderr, "error: the upstream answered %s; -f prints no body of an answer of 400 or more\n", resp.Status)
-	case resp != nil && code == exitWrite:
-		fmt.Fprintln(stderr, "error: writing the body:", bodyErr)
-	case resp != nil && code == exitTimeout:
-		fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired while the body streamed, after %d byte(s)%s\n", *o.timeout, received, ofLength(resp))
-	case resp != nil && code == exitInterrupted:
-		fmt.Fprintf(stderr, "interrupted: the call was ended while the body streamed, after %d byte(s)%s\n", received, ofLength(resp))
-	case resp != nil && code != exitOK:
-		fmt.Fprintf(stderr, "error: the body ended early, after %d byte(s)%s: %v\n", received, ofLength(resp), cause(bodyErr))
-	case resp != nil:
 	case errors.Is(err, classify.ErrInvalidRequest) || errors.As(err, &ce) && ce.Evidence == classify.EvidenceInvalidRequest:
 		fmt.Fprintln(stderr, "outbound do: the request cannot be sent:", cause(err))
 		return exitUsage
-	case out.Commit == outcome.NotCommitted || out.Commit == outcome.Unknown:
-		if why == "" {
-			if hint := protocolHint(sigCtx, tr, req, o.h2c, out, p, o.verbose); hint != "" {
-				fmt.Fprintln(stderr, hint)
-			}
-		} else if why == "timed out" {
-			fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired before an answer\n", *o.timeout)
-		} else {
-			fmt.Fprintln(stderr, "interrupted: the call was ended before it finished")
+	case out.Commit != outcome.NotCommitted && out.Commit != outcome.Unknown:
+		switch why {
+		case "timed out":
+			fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired: %v\n", timeout, err)
+			return exitTimeout
+		case "interrupted":
+			fmt.Fprintln(stderr, "interrupted:", err)
+			return exitInterrupted
 		}
-		fmt.Fprintln(stderr, verdictLine(out, req.Method))
-		switch {
-		case out.Commit == outcome.Unknown && !resendable(out, req.Method):
-			code = exitUnknown // not curl's 28 or 130: the request must be reconciled, not sent again
-		case why == "timed out":
-			code = exitTimeout
-		case why == "interrupted":
-			code = exitInterrupted
-		case out.Commit == outcome.NotCommitted:
-			code = exitNotCommitted
-		default:
-			code = exitUnknown
-		}
-	case why == "timed out":
-		fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired: %v\n", *o.timeout, err)
-		code = exitTimeout
-	case why == "interrupted":
-		fmt.Fprintln(stderr, "interrupted:", err)
-		code = exitInterrupted
-	default:
 		fmt.Fprintln(stderr, "error:", err)
-		code = exitFailed
+		return exitFailed
 	}
-	return code
+	switch why {
+	case "":
+		if hint := protocolHint(r.sigCtx, r.tr, req, r.o.h2c, out, r.p, r.o.verbose); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
+	case "timed out":
+		fmt.Fprintf(stderr, "timed out: the call's deadline (-m %v) expired before an answer\n", timeout)
+	default:
+		fmt.Fprintln(stderr, "interrupted: the call was ended before it finished")
+	}
+	fmt.Fprintln(stderr, verdictLine(out, req.Method))
+	switch {
+	case out.Commit == outcome.Unknown && !resendable(out, req.Method):
+		return exitUnknown // not curl's 28 or 130: the request must be reconciled, not sent again
+	case why == "timed out":
+		return exitTimeout
+	case why == "interrupted":
+		return exitInterrupted
+	case out.Commit == outcome.NotCommitted:
+		return exitNotCommitted
+	}
+	return exitUnknown
 }
 
 // transport returns the HTTP transport the flags ask for.

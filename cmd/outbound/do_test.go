@@ -563,3 +563,41 @@ func exitCode(err error) int {
 	}
 	return ee.ExitCode()
 }
+
+// Ctrl-C while the call waits to retry ends it with the answer it holds,
+// printed, and exit 130: the call was still cut short.
+func TestDoInterruptedWhileWaitingToRetryExits130WithTheAnswer(t *testing.T) {
+	bin := outboundBinary(t)
+	s := outboundtest.NewServer(outboundtest.HTTP1)
+	defer s.Close()
+	s.SetDefault(outboundtest.Respond(503, "Retry-After", "20"))
+	cmd := exec.Command(bin, "do", "-v", s.URL+"/x")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var errOut strings.Builder
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		errOut.WriteString(lines.Text() + "\n")
+		if strings.Contains(lines.Text(), "another attempt in") {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		errOut.WriteString(lines.Text() + "\n")
+	}
+	code := exitCode(cmd.Wait())
+	if code != exitInterrupted || out.String() != "ok\n" ||
+		!strings.Contains(errOut.String(), "interrupted: the call was ended while it waited to retry; the answer is the last attempt's") {
+		t.Fatalf("exit %d, stdout %q:\n%s", code, out.String(), errOut.String())
+	}
+}
