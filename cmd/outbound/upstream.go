@@ -118,7 +118,7 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			}
 		})
 		if len(also) > 0 {
-			fmt.Fprintf(stderr, "outbound upstream: %s with --conn-fault: no connection is served, so no request is read\n", strings.Join(also, ", "))
+			fmt.Fprintf(stderr, "outbound upstream: %s with --conn-fault: every connection gets the connection fault, before a request or a TLS handshake\n", strings.Join(also, ", "))
 			return exitUsage
 		}
 		return serveConnFault(ctx, p, *addr, cf, stdout, stderr)

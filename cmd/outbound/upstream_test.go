@@ -232,7 +232,8 @@ func TestUpstreamRefusesAFaultOnTheWrongFlag(t *testing.T) {
 	}{
 		{[]string{"--fault", "ResetOnAccept()"}, "--fault: ResetOnAccept() is a connection-level fault: give it to --conn-fault"},
 		{[]string{"--conn-fault", "Hang()"}, "--conn-fault: Hang() is a fault of a request: give it to --fault, or name it in the Outbound-Test-Fault header"},
-		{[]string{"--conn-fault", "ResetOnAccept()", "--fault", "Hang()"}, "--fault with --conn-fault: no connection is served"},
+		{[]string{"--conn-fault", "ResetOnAccept()", "--fault", "Hang()"}, "--fault with --conn-fault: every connection gets the connection fault"},
+		{[]string{"--conn-fault", "StallOnAccept()", "--proto", "h2tls", "--cert", "c.pem", "--requests-per-conn", "2"}, "--cert, --requests-per-conn with --conn-fault: "},
 		{[]string{"--conn-fault", "Nope()"}, `no fault named "Nope"`},
 		{[]string{"--faul", "Hang()"}, "unknown flag --faul; did you mean --fault?"},
 	} {
