@@ -59,10 +59,11 @@ Exit status, curl's where curl has one:
   18  the body ended early (an HTTP/1 connection closed before its end)
   22  -f and a status of 400 or more
   23  the body could not be written (-o FILE)
-  28  the deadline (-m) expired, before the answer or while the body streamed
+  28  the deadline (-m) expired: before the answer, while the body streamed,
+      or while a retry waited (then the answer held is printed)
   47  -L and more than --max-redirs redirects
   92  the HTTP/2 stream was reset while the body streamed
- 130  Ctrl-C
+ 130  Ctrl-C, likewise
 
 Flags:
 `
