@@ -464,7 +464,7 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 	var c *conn
 	var seq int32
 	if r.set != nil {
-		ep, p, c, seq, err = t.connect(ctx, r.set, o, epoch)
+		ep, p, c, seq, err = t.connect(ctx, r.set, o, epoch, start)
 	} else {
 		p, c, seq, err = t.connectTo(ctx, p, o)
 	}
