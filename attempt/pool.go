@@ -41,6 +41,7 @@ type pool struct {
 	conns     []*conn
 	ready     []*conn         // connections that had room when last seen, most recent last
 	idle      int             // connections with nothing in flight (conn.isIdle)
+	idleN     atomic.Int32    // idle, read without the lock (endpointSet.pick)
 	dials     int             // dials in progress
 	waiters   []chan struct{} // attempts waiting for MaxConnsPerHost to allow one more connection
 	h2        bool            // the upstream answered over HTTP/2: share one connection
@@ -542,6 +543,7 @@ func (p *pool) busyLocked(c *conn) bool {
 	}
 	c.setIdle(false)
 	p.idle--
+	p.idleN.Store(int32(p.idle))
 	return true
 }
 
@@ -621,6 +623,7 @@ func (c *conn) becameIdle() {
 	default:
 		c.setIdle(true)
 		p.idle++
+		p.idleN.Store(int32(p.idle))
 		p.mu.Unlock()
 		if oldest := p.t.idle.push(c); oldest != nil {
 			oldest.p.retireIdle(oldest) // too many idle connections in all: the oldest goes

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/outboundhq/outbound"
+	"github.com/outboundhq/outbound/attempt"
+	"github.com/outboundhq/outbound/outboundtest/testkit"
 )
 
 // callers is the number of concurrent callers of the "16-callers" runs.
@@ -221,7 +226,10 @@ const pairedBlock = 2000
 // requests of each client. It reports each client's requests/s and client
 // CPU per request over all its blocks, and their ratios, outbound ÷ bare.
 // "bare-vs-bare" pairs two bare clients, each with its own http.Transport:
-// what its ratios show is the measurement's own error.
+// what its ratios show is the measurement's own error. "endpoints" pairs
+// outbound with Endpoints over a host of five addresses (127.0.0.2–6, one
+// server process) against outbound by name, which dials the first;
+// "by-name" pairs the latter with itself.
 func BenchmarkEndToEndPaired(b *testing.B) {
 	srv := startEchoServer(b)
 	cs := clients()
@@ -233,6 +241,57 @@ func BenchmarkEndToEndPaired(b *testing.B) {
 		paired(b, bare, ob, srv.URL)
 	})
 	b.Run("16-callers-bare-vs-bare", func(b *testing.B) { paired(b, bare, bare, srv.URL) })
+	// One host of five addresses, all healthy: outbound with Endpoints
+	// against outbound by name (which dials the first), and by name
+	// against itself.
+	for _, c := range []client{endpointsClient(), byNameClient()} {
+		b.Run("16-callers-"+strings.TrimPrefix(c.name, "outbound-"), func(b *testing.B) {
+			five := startEchoServer(b, "-also", "5")
+			_, port, _ := net.SplitHostPort(strings.TrimPrefix(five.URL, "http://"))
+			paired(b, byNameClient(), c, "http://"+pairedHost+":"+port+"/")
+		})
+	}
+}
+
+// pairedHost is the name of the five addresses of the 16-callers-endpoints
+// runs: 127.0.0.2 to 127.0.0.6.
+const pairedHost = "five.test"
+
+var pairedNames = testkit.Names{pairedHost: testkit.Loopbacks(5)}
+
+// byNameClient is outbound without Endpoints: pairedHost dialed as
+// net/http dials a name, at its first address.
+func byNameClient() client {
+	return client{"outbound-by-name", func(tb testing.TB) http.RoundTripper {
+		inner := innerTransport()
+		dial := inner.DialContext
+		inner.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if host, port, _ := net.SplitHostPort(addr); host == pairedHost {
+				addr = net.JoinHostPort(pairedNames[pairedHost][0].String(), port)
+			}
+			return dial(ctx, network, addr)
+		}
+		t, err := outbound.New(outbound.Config{HTTPTransport: inner, Admission: outboundAdmissionConfig("")})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(t.Close)
+		return t
+	}}
+}
+
+// endpointsClient is outbound with Endpoints over pairedHost's five
+// addresses.
+func endpointsClient() client {
+	return client{"outbound-endpoints", func(tb testing.TB) http.RoundTripper {
+		t, err := outbound.New(outbound.Config{HTTPTransport: innerTransport(), Admission: outboundAdmissionConfig(""),
+			Endpoints: &attempt.Endpoints{Resolver: pairedNames}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(t.Close)
+		return t
+	}}
 }
 
 // paired is one run of BenchmarkEndToEndPaired: base against c.

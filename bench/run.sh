@@ -61,6 +61,8 @@ benches=(
 	"EndToEndPaired/16-callers 50000"
 	"EndToEndPaired/16-callers-default-idle 30000"
 	"EndToEndPaired/16-callers-bare-vs-bare 50000"
+	"EndToEndPaired/16-callers-endpoints 50000"
+	"EndToEndPaired/16-callers-by-name 50000"
 	"IdleBreaker/outbound 1"
 	"IdleBreaker/gobreaker 1"
 	"IdleBreaker/failsafe 1"

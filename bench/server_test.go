@@ -22,10 +22,10 @@ type echoServer struct {
 	stdin io.WriteCloser
 }
 
-// startEchoServer starts cmd/echo-server and stops it when tb ends. It runs
+// startEchoServer starts cmd/echo-server with args and stops it when tb ends. It runs
 // the binary named by $BENCH_ECHO_SERVER (run.sh builds it once); otherwise
 // it builds one into a temporary directory.
-func startEchoServer(tb testing.TB) *echoServer {
+func startEchoServer(tb testing.TB, args ...string) *echoServer {
 	tb.Helper()
 	bin := os.Getenv("BENCH_ECHO_SERVER")
 	if bin == "" {
@@ -35,7 +35,7 @@ func startEchoServer(tb testing.TB) *echoServer {
 			tb.Fatalf("building echo-server: %v\n%s", err, out)
 		}
 	}
-	s := &echoServer{cmd: exec.Command(bin)}
+	s := &echoServer{cmd: exec.Command(bin, args...)}
 	s.cmd.Stderr = os.Stderr
 	var err error
 	if s.stdin, err = s.cmd.StdinPipe(); err != nil {

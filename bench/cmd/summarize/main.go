@@ -260,14 +260,17 @@ func (s *summary) table(w io.Writer, names []string) {
 			cpu = num(median(c)) + " (" + ratio(cr) + ")"
 		}
 		baseCell := "`" + base + "`"
-		if paired {
+		switch {
+		case paired && (strings.HasSuffix(n, "-endpoints") || strings.HasSuffix(n, "-by-name")):
+			baseCell = "outbound by name, alternating in the same process"
+		case paired:
 			baseCell = "bare net/http, alternating in the same process"
 		}
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			n, unit, num(median(v)), spread(v), r, baseCell, num(allocs), num(bytes), cpu)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's. For `EndToEndPaired` rows, the figure is outbound's requests/s over bare net/http's, the two alternating in blocks in one process, and client CPU is outbound's per request with its ratio to bare's over the same blocks; `16-callers-bare-vs-bare` pairs bare with itself.")
+	fmt.Fprintln(w, "For `IdleBreaker` rows, allocs/op and B/op are per breaker (allocations while creating it); the figure is the live heap per breaker after a GC. For `EndToEnd` rows, allocs/op and B/op are the client process's per request, and client CPU is the user+system CPU time of the client process per request, with its ratio to the baseline's. For `EndToEndPaired` rows, the figure is outbound's requests/s over bare net/http's, the two alternating in blocks in one process, and client CPU is outbound's per request with its ratio to bare's over the same blocks; `16-callers-bare-vs-bare` pairs bare with itself, `16-callers-endpoints` outbound with Endpoints over a host of five addresses with outbound by name, and `16-callers-by-name` the latter with itself.")
 	fmt.Fprintln(w)
 }
 
@@ -348,6 +351,16 @@ func (s *summary) targets(w io.Writer) {
 		v := s.values(aa, "req/s-ratio")
 		info("the paired runs' own error: bare net/http against itself (requests/s, client CPU)",
 			fmt.Sprintf("%s× [%s–%s], %s×", ratio(median(v)), ratio(slices.Min(v)), ratio(slices.Max(v)), ratio(med(aa, "cpu-ratio"))))
+	}
+	if ep := "EndToEndPaired/16-callers-endpoints"; len(s.values(ep, "req/s-ratio")) > 0 {
+		// One host of five healthy addresses: Endpoints against by name.
+		r, cpu := med(ep, "req/s-ratio"), med(ep, "cpu-ratio")
+		row("a host of five healthy addresses (16-callers, paired): requests/s with Endpoints ≥ 0.98× by name", ratio(r)+"×", r >= 0.98)
+		row("a host of five healthy addresses (16-callers, paired): client CPU per request with Endpoints ≤ 1.02× by name", ratio(cpu)+"×", cpu <= 1.02)
+		if aa := "EndToEndPaired/16-callers-by-name"; len(s.values(aa, "req/s-ratio")) > 0 {
+			info("the same pairing's own error: by name against itself (requests/s, client CPU)",
+				fmt.Sprintf("%s×, %s×", ratio(med(aa, "req/s-ratio")), ratio(med(aa, "cpu-ratio"))))
+		}
 	}
 	if len(s.values("Fleet/outbound/sequential", "ns/op")) > 0 {
 		for _, mode := range []string{"sequential", "16-goroutines"} {
