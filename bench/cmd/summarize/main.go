@@ -385,14 +385,22 @@ func (s *summary) targets(w io.Writer) {
 		x := med(hedged, "hedges-%")
 		row("hedging ("+proto+"): extra load within ±1 point of its 5% target", fmt.Sprintf("%.2f%% hedges sent (%.2f%% more requests received)",
 			x, med(hedged, "extra-received-%")), x >= 4 && x <= 6)
-		fr := rat(hedged, fs, "p99-ms")
+		// Against failsafe-go, at equal or lower extra load: the outbound
+		// run with the highest ExtraLoad whose hedges do not exceed
+		// failsafe-go's (outbound-hedged-7, at 7 %, when it has one).
 		fx := med(fs, "hedges-%")
-		row("hedging ("+proto+"): p99 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s ms at %.2f%% hedges vs %s ms at %.2f%%)",
-			ratio(fr), num(med(hedged, "p99-ms")), x, num(med(fs, "p99-ms")), fx), fr <= 1 && x <= fx)
-		if len(s.values(hedged, "p99.9-ms")) > 0 {
-			fr := rat(hedged, fs, "p99.9-ms")
-			row("hedging ("+proto+"): p99.9 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s ms at %.2f%% hedges vs %s ms at %.2f%%)",
-				ratio(fr), num(med(hedged, "p99.9-ms")), x, num(med(fs, "p99.9-ms")), fx), fr <= 1 && x <= fx)
+		cmpd, cx := hedged, x
+		if h7 := hedged + "-7"; len(s.values(h7, "p99-ms")) > 0 && med(h7, "hedges-%") <= fx {
+			cmpd, cx = h7, med(h7, "hedges-%")
+		}
+		label := strings.TrimPrefix(cmpd, "Hedging/"+proto+"/")
+		fr := rat(cmpd, fs, "p99-ms")
+		row("hedging ("+proto+"): p99 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s %s ms at %.2f%% hedges vs %s ms at %.2f%%)",
+			ratio(fr), label, num(med(cmpd, "p99-ms")), cx, num(med(fs, "p99-ms")), fx), fr <= 1 && cx <= fx)
+		if len(s.values(cmpd, "p99.9-ms")) > 0 {
+			fr := rat(cmpd, fs, "p99.9-ms")
+			row("hedging ("+proto+"): p99.9 ≤ failsafe-go's hedge policy's at equal or lower extra load", fmt.Sprintf("%s× (%s %s ms at %.2f%% hedges vs %s ms at %.2f%%)",
+				ratio(fr), label, num(med(cmpd, "p99.9-ms")), cx, num(med(fs, "p99.9-ms")), fx), fr <= 1 && cx <= fx)
 		}
 		if len(s.values(hedged, "withheld-%")) > 0 {
 			row("hedging ("+proto+"): hedges withheld by the allowance or the budget", fmt.Sprintf("%.2f%% of the calls", med(hedged, "withheld-%")), true)
