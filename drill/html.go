@@ -579,12 +579,7 @@ func buildTimeline(s *ScenarioResult) timelineView {
 
 	tl.AxisY = top + lanesH + 6
 	tl.LinesY2 = tl.AxisY
-	for _, v := range niceTicks(end, 6) {
-		// A label is about 6.4 units per character: if the last one,
-		// centred, would stick out of the picture, end it at its tick.
-		overflows := x(v.ms)+float64(len(v.label))*3.2 > svgWidth
-		tl.Ticks = append(tl.Ticks, svgTick{X: x(v.ms), Label: v.label, End: overflows})
-	}
+	tl.Ticks = timeTicks(end, x)
 	tl.Grid = tl.Ticks
 	tl.TickY2, tl.TickTextY = tl.AxisY+4, tl.AxisY+16
 	tl.Legend = tl.legendItems(tl.AxisY + 38)
@@ -1141,10 +1136,7 @@ func buildChart(s *ScenarioResult) *chartView {
 	}
 	c.AxisY = y - panelGap + 6
 	c.GridBottom = c.AxisY
-	for _, v := range niceTicks(end, 6) {
-		overflows := x(v.ms)+float64(len(v.label))*3.2 > svgWidth
-		c.Ticks = append(c.Ticks, svgTick{X: x(v.ms), Label: v.label, End: overflows})
-	}
+	c.Ticks = timeTicks(end, x)
 	c.Grid = c.Ticks
 	c.TickY2, c.TickTextY = c.AxisY+4, c.AxisY+16
 	c.Height = c.TickTextY + 6
@@ -1440,3 +1432,15 @@ addEventListener("load", function () {
 {{end}}<g class="tk"><line class="axis" x1="{{n .PlotLeft}}" x2="{{n .PlotRight}}" y1="{{n .AxisY}}" y2="{{n .AxisY}}"/>
 {{range .Ticks}}<line class="axis" x1="{{n .X}}" x2="{{n .X}}" y1="{{n $.AxisY}}" y2="{{n $.TickY2}}"/><text{{if .End}} class="end"{{end}} x="{{n .X}}" y="{{n $.TickTextY}}">{{.Label}}</text>{{end}}</g>
 </svg>{{end}}`
+
+// timeTicks are the time axis's ticks up to end ms, placed by x. A label is
+// about 6.4 units per character: if the last one, centred, would stick out
+// of the picture, it ends at its tick.
+func timeTicks(end float64, x func(float64) float64) []svgTick {
+	var ticks []svgTick
+	for _, v := range niceTicks(end, 6) {
+		overflows := x(v.ms)+float64(len(v.label))*3.2 > svgWidth
+		ticks = append(ticks, svgTick{X: x(v.ms), Label: v.label, End: overflows})
+	}
+	return ticks
+}
