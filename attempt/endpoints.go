@@ -449,8 +449,11 @@ func (s *endpointSet) pick(ctx context.Context, now int64, e *Elsewhere, skip []
 	if a.warm() {
 		return a
 	}
-	for k := range cand { // from b on: b first, then the others in turn
-		if c := cand[(j+k)%len(cand)]; c != a && c.warm() && c.sampled() && !c.heavier(a, 2) {
+	if b.warm() && !b.heavier(a, 2) {
+		return b
+	}
+	for k := range cand { // the others, from a random one on
+		if c := cand[(i+k)%len(cand)]; c != a && c != b && c.warm() && c.sampled() && !c.heavier(a, 2) {
 			return c
 		}
 	}
