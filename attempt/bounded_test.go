@@ -508,6 +508,10 @@ func TestACallIsSlowByTheTimeToItsResponseHeaders(t *testing.T) {
 						io.WriteString(server, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\no")
 						time.Sleep(tc.body)
 						io.WriteString(server, "k")
+						// Keep the connection until the client closes it: a
+						// connection the upstream closed would let the client
+						// forget the upstream, whose breaker is read below.
+						_, _ = http.ReadRequest(r)
 					}()
 					return client, nil
 				}
