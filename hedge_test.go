@@ -1,14 +1,17 @@
 package outbound_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/outboundhq/outbound"
@@ -497,6 +500,99 @@ func TestPerCallOptionsComposeInEitherOrder(t *testing.T) {
 		}
 		if sent, _ := hedges(out); sent != want {
 			t.Errorf("%s: %d hedges, want %d", name, sent, want)
+		}
+	}
+}
+
+// startingDial dials an in-memory HTTP/1.1 upstream that gives request n
+// (from 1, over every connection) to answer, which writes the raw response
+// as it likes.
+func startingDial(answer func(n int64, w io.Writer)) func(context.Context, string, string) (net.Conn, error) {
+	var n atomic.Int64
+	return func(context.Context, string, string) (net.Conn, error) {
+		client, server := net.Pipe()
+		go func() {
+			defer server.Close()
+			r := bufio.NewReader(server)
+			for {
+				req, err := http.ReadRequest(r)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				answer(n.Add(1), server)
+			}
+		}()
+		return client, nil
+	}
+}
+
+// A hedge is not sent while the first attempt's answer is arriving — its
+// first bytes have reached the client, which has not read it all yet: on a
+// busy machine that is the client behind, not the upstream, and a hedge
+// would add load for nothing. It waits at most one more delay, so that an
+// upstream that sends the start of its answer and stalls is still hedged;
+// an attempt that has received nothing is hedged at the delay, as before.
+// Over a connection that has answered before (its bytes are the attempt's
+// own) and a new one (net/http says when it read the first byte) alike.
+func TestAHedgeWaitsAtMostOneDelayForAnAnswerThatIsArriving(t *testing.T) {
+	const delay = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name        string
+		start, rest time.Duration // when the first attempt's answer starts, and when the rest follows
+		took        time.Duration
+		hedged      bool
+	}{
+		{"the answer ends within the wait: no hedge", 0, delay * 3 / 2, delay * 3 / 2, false},
+		{"the answer stalls: a hedge after one more delay", 0, 10 * delay, 2 * delay, true},
+		{"nothing arrives: a hedge at the delay", 10 * delay, 0, delay, true},
+	} {
+		for _, warm := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/warm=%v", tc.name, warm), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					first := int64(1)
+					if warm {
+						first = 2 // the first request warms the connection up
+					}
+					dial := startingDial(func(n int64, w io.Writer) {
+						if n == first {
+							time.Sleep(tc.start)
+							io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+							time.Sleep(tc.rest)
+						} else {
+							io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+						}
+						io.WriteString(w, "Content-Length: 2\r\n\r\nok")
+					})
+					tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial},
+						Hedging: &outbound.Hedging{Delay: delay}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tr.Close()
+					if warm {
+						if _, _, err := hedgedDo(t, tr, httptest.NewRequest(http.MethodGet, "http://upstream.test/", nil)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					start := time.Now()
+					req, _ := http.NewRequest(http.MethodGet, "http://upstream.test/", nil)
+					resp, out, err := hedgedDo(t, tr, req)
+					if err != nil || resp.StatusCode != 200 {
+						t.Fatalf("%v %v", resp, err)
+					}
+					took := time.Since(start)
+					sent, _ := hedges(out)
+					if took != tc.took || (sent == 1) != tc.hedged || sent > 1 {
+						t.Fatalf("took %v with %d hedges, want %v and hedged %v; outcome %+v", took, sent, tc.took, tc.hedged, out.Attempts)
+					}
+					if tc.hedged && (!out.Attempts[0].Lost || out.Attempts[1].Lost) {
+						t.Fatalf("the hedge did not win: %+v", out.Attempts)
+					}
+					tr.Close()
+					time.Sleep(20 * delay) // the upstream ends its work
+				})
+			})
 		}
 	}
 }

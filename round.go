@@ -55,6 +55,7 @@ type flight struct {
 	lost   bool // cancelled because another answered first; guarded by round.mu
 
 	endpoint string // where its attempt went (attempt.Options.Endpoint)
+	arrival  attempt.Arrival
 }
 
 // landing is how a flight ended.
@@ -84,6 +85,7 @@ type round struct {
 	held    int     // hedges the budget withheld
 	decided *flight // the attempt whose final answer decided the round
 	closed  bool    // no more hedges
+	waited  int     // times the timer was armed again for an answer arriving
 }
 
 // hedged makes one round of attempts: first, and a hedge beside it each
@@ -237,6 +239,12 @@ func (r *round) tick() {
 		r.mu.Unlock() // a hedge with too little time left would not finish either
 		return
 	}
+	if r.waited < arrivingWaits && r.arriving() {
+		r.waited++
+		r.arm(r.delay / arrivingWaits)
+		r.mu.Unlock()
+		return
+	}
 	if !c.budget.Allows() || c.sheddable && !c.budget.Above(sheddableBudget) || !c.allowance.tryTake() {
 		// Withheld: told now, counted in the outcome when the round ends.
 		// The timer is not armed again: the round sends no more hedges.
@@ -284,6 +292,23 @@ func (r *round) tick() {
 	}
 }
 
+// arrivingWaits is how many times a hedge waits for an answer that is
+// arriving, each for a quarter of the delay: at most one delay more, so that
+// an upstream that sends the start of its answer and stalls is still
+// hedged.
+const arrivingWaits = 4
+
+// arriving reports whether an attempt of the round in flight has an answer
+// arriving (attempt.Arrival); r.mu is held.
+func (r *round) arriving() bool {
+	for _, f := range append([]*flight{r.first}, r.hedges...) {
+		if !f.landed && f.arrival.Arriving() {
+			return true
+		}
+	}
+	return false
+}
+
 // takeOff gives f a context of its own, which the round cancels if another
 // attempt decides it, and starts its clock.
 func (f *flight) takeOff() {
@@ -297,7 +322,7 @@ func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
 	header, _ := c.attemptHeader(f.actx)
 	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: header, Body: body, NotBefore: r.notBefore, Provisional: true,
-		Elsewhere: &c.elsewhere, Endpoint: &f.endpoint})
+		Elsewhere: &c.elsewhere, Endpoint: &f.endpoint, Arrival: &f.arrival})
 	now := clock.Now()
 	a := record(resp, err, time.Duration(now-f.start))
 	a.Endpoint = f.endpoint

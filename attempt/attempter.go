@@ -412,6 +412,10 @@ type Options struct {
 	// host has one not ejected, and is added to it. Nil: any endpoint.
 	Elsewhere *Elsewhere
 
+	// Arrival, if set, is told the connection the attempt waits on, so
+	// that a hedge timer can ask whether its answer is already arriving.
+	Arrival *Arrival
+
 	// Endpoint, if set, receives the address ("ip:port") of the endpoint
 	// the attempt was sent to, with Config.Endpoints and a host of several
 	// addresses; it is left as it is otherwise.
@@ -505,13 +509,32 @@ func (t *Attempter) AttemptOn(ctx context.Context, r *Route, req *http.Request, 
 
 	var wrote *wroteFlag
 	var before int64
+	var trace *httptrace.ClientTrace
 	if c.raw != nil {
 		before = c.raw.written.Load()
 	} else {
 		// A connection from DialTLSContext: its bytes are not counted, but
 		// net/http says when it has written the request's headers.
 		wrote = new(wroteFlag)
-		areq = areq.WithContext(httptrace.WithClientTrace(areq.Context(), &httptrace.ClientTrace{WroteHeaders: wrote.set}))
+		trace = &httptrace.ClientTrace{WroteHeaders: wrote.set}
+	}
+	if o.Arrival != nil {
+		if c.raw != nil && c.http1.Load() {
+			// Every byte that comes on it now is the attempt's answer.
+			o.Arrival.watch(c.raw)
+		} else {
+			// HTTP/2, whose bytes are every stream's, or a connection that
+			// has not answered yet (its first bytes may be TLS's or
+			// HTTP/2's own): net/http says when it has read the answer's
+			// first byte.
+			if trace == nil {
+				trace = new(httptrace.ClientTrace)
+			}
+			trace.GotFirstResponseByte = o.Arrival.gotFirstByte
+		}
+	}
+	if trace != nil {
+		areq = areq.WithContext(httptrace.WithClientTrace(areq.Context(), trace))
 	}
 	reused := seq > 1
 	resp, err := c.cc.RoundTrip(areq)

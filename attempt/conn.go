@@ -43,6 +43,7 @@ import (
 type countingConn struct {
 	net.Conn
 	written   atomic.Int64
+	read      atomic.Int64  // bytes read from it (Arrival)
 	h2        atomic.Bool   // known to carry HTTP/2
 	idle      atomic.Bool   // nothing in flight on it, as the pool sees it
 	idleRead  atomic.Int64  // clock.Now of the first read that returned while idle, 0 for none
@@ -65,6 +66,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
 	if c.idle.Load() && c.idleRead.Load() == 0 {
 		c.idleRead.CompareAndSwap(0, clock.Now())
 	}
