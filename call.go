@@ -45,6 +45,7 @@ type call struct {
 	hedgeable  bool     // the call may be hedged (see Hedging)
 	hedgesSent int
 	allowance  *hedgeAllowance // the upstream's hedges, when hedging
+	order      *attemptOrder   // the order of the upstream's attempts, when hedging
 	lat        *latency        // the upstream's latencies, for adaptive hedging
 
 	deadline  *Deadline // how its attempts send their deadline (Config.Deadline), if its host gets it
@@ -134,6 +135,7 @@ func newCall(t *Transport, req *http.Request) *call {
 	if h := c.hedging; h != nil && c.route != nil {
 		c.hedgeable = c.replayable && (c.idempotent || h.Keyed && c.hasKey)
 		c.allowance = &us.hedges
+		c.order = &us.order
 		if h.Delay == 0 && c.hedgeable {
 			c.lat = us.latencies()
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboundhq/outbound/internal/cfgerr"
+	"github.com/outboundhq/outbound/internal/clock"
 )
 
 // Hedging configures hedged attempts: when an attempt has not answered
@@ -143,6 +144,45 @@ func (a *hedgeAllowance) tryTake() bool {
 			return true
 		}
 	}
+}
+
+// attemptOrder follows the order in which an upstream's hedged calls'
+// attempts start and are answered, so that a hedge timer can tell an
+// attempt slow on its own from one slow with the others (sharedSlowness).
+// Its zero value is ready to use.
+type attemptOrder struct {
+	// started is the start of the latest attempt, and answered the start
+	// of the latest-started attempt that got an answer, both as clock.Now
+	// less clock.Never: 0, the zero value, is before every attempt.
+	started, answered atomic.Int64
+}
+
+// start notes that an attempt started at start (clock.Now). It is stored
+// as is: of two attempts starting at once, the earlier may be kept, a few
+// nanoseconds off.
+func (o *attemptOrder) start(start int64) { o.started.Store(start - clock.Never) }
+
+// answeredFrom notes that an attempt started at start got an answer.
+func (o *attemptOrder) answeredFrom(start int64) {
+	start -= clock.Never
+	for {
+		old := o.answered.Load()
+		if start <= old || o.answered.CompareAndSwap(old, start) {
+			return
+		}
+	}
+}
+
+// sharedSlowness reports whether an attempt started at start is slow with
+// the others rather than on its own: attempts have started since, and none
+// of them has been answered. A timer that fires says only that time has
+// passed: on a busy machine, or behind an upstream that stalls as a whole,
+// every attempt in flight passes the delay together, and hedges sent then
+// are as slow as they are. An attempt that a later one overtook — or one
+// alone, with nothing to compare it with — is slow on its own.
+func (o *attemptOrder) sharedSlowness(start int64) bool {
+	start -= clock.Never
+	return o.started.Load() > start && o.answered.Load() <= start
 }
 
 // latency is a streaming estimate of an upstream's first attempts'

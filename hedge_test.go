@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -507,7 +508,7 @@ func TestPerCallOptionsComposeInEitherOrder(t *testing.T) {
 // startingDial dials an in-memory HTTP/1.1 upstream that gives request n
 // (from 1, over every connection) to answer, which writes the raw response
 // as it likes.
-func startingDial(answer func(n int64, w io.Writer)) func(context.Context, string, string) (net.Conn, error) {
+func startingDial(answer func(n int64, w io.Writer, req *http.Request)) func(context.Context, string, string) (net.Conn, error) {
 	var n atomic.Int64
 	return func(context.Context, string, string) (net.Conn, error) {
 		client, server := net.Pipe()
@@ -520,7 +521,7 @@ func startingDial(answer func(n int64, w io.Writer)) func(context.Context, strin
 					return
 				}
 				_, _ = io.Copy(io.Discard, req.Body)
-				answer(n.Add(1), server)
+				answer(n.Add(1), server, req)
 			}
 		}()
 		return client, nil
@@ -554,7 +555,7 @@ func TestAHedgeWaitsAtMostOneDelayForAnAnswerThatIsArriving(t *testing.T) {
 					if warm {
 						first = 2 // the first request warms the connection up
 					}
-					dial := startingDial(func(n int64, w io.Writer) {
+					dial := startingDial(func(n int64, w io.Writer, _ *http.Request) {
 						if n == first {
 							time.Sleep(tc.start)
 							io.WriteString(w, "HTTP/1.1 200 OK\r\n")
@@ -569,9 +570,13 @@ func TestAHedgeWaitsAtMostOneDelayForAnAnswerThatIsArriving(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					defer tr.Close()
+					defer func() {
+						tr.Close()
+						time.Sleep(20 * delay) // the upstream ends its work
+					}()
 					if warm {
-						if _, _, err := hedgedDo(t, tr, httptest.NewRequest(http.MethodGet, "http://upstream.test/", nil)); err != nil {
+						warmup, _ := http.NewRequest(http.MethodGet, "http://upstream.test/", nil)
+						if _, _, err := hedgedDo(t, tr, warmup); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -589,10 +594,72 @@ func TestAHedgeWaitsAtMostOneDelayForAnAnswerThatIsArriving(t *testing.T) {
 					if tc.hedged && (!out.Attempts[0].Lost || out.Attempts[1].Lost) {
 						t.Fatalf("the hedge did not win: %+v", out.Attempts)
 					}
-					tr.Close()
-					time.Sleep(20 * delay) // the upstream ends its work
 				})
 			})
 		}
+	}
+}
+
+// A hedge is not sent while every attempt that started after the first one
+// is unanswered too: the delay's passing then says that everything is slow
+// (a busy machine, an upstream that stalls as a whole), and a hedge would
+// be as slow. It waits at most one more delay. An attempt overtaken by a
+// later one, or alone, is hedged at the delay.
+func TestAHedgeWaitsWhileEveryAttemptStartedSinceIsUnansweredToo(t *testing.T) {
+	const delay = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		y    int           // how many of Y's requests are slow (0: no Y)
+		xAt  time.Duration // when X is hedged, from its start
+	}{
+		{"alone: at the delay", 0, delay},
+		{"overtaken by a later call: at the delay", -1, delay},
+		{"a later call unanswered until its own hedge: once it is answered", 1, delay * 3 / 2},
+		{"everything slow: one delay more", 2, 2 * delay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				seen := map[string]int{}
+				dial := startingDial(func(_ int64, w io.Writer, req *http.Request) {
+					mu.Lock()
+					seen[req.URL.Path]++
+					n := seen[req.URL.Path]
+					mu.Unlock()
+					slow := req.URL.Path == "/x" && n == 1 || req.URL.Path == "/y" && n <= tc.y
+					if slow {
+						time.Sleep(10 * delay)
+					}
+					io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				})
+				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial},
+					Hedging: &outbound.Hedging{Delay: delay}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					tr.Close()
+					time.Sleep(20 * delay) // the upstream ends its work
+				}()
+				if tc.y != 0 {
+					go func() {
+						time.Sleep(delay * 2 / 5)
+						req, _ := http.NewRequest(http.MethodGet, "http://upstream.test/y", nil)
+						hedgedDo(t, tr, req)
+					}()
+				}
+				req, _ := http.NewRequest(http.MethodGet, "http://upstream.test/x", nil)
+				_, out, err := hedgedDo(t, tr, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(out.Attempts) != 2 || !out.Attempts[0].Lost {
+					t.Fatalf("want a hedge that won; outcome %+v", out.Attempts)
+				}
+				if at := out.Attempts[0].Duration - out.Attempts[1].Duration; at != tc.xAt {
+					t.Fatalf("hedged %v after the first attempt, want %v", at, tc.xAt)
+				}
+			})
+		})
 	}
 }

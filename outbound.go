@@ -255,6 +255,7 @@ type upstreamState struct {
 	budget  *retry.Budget
 	lat     atomic.Pointer[latency]
 	hedges  hedgeAllowance
+	order   attemptOrder
 	finishQ float64 // Config.FinishQuantile, for lat; 0: none
 }
 

@@ -85,7 +85,7 @@ type round struct {
 	held    int     // hedges the budget withheld
 	decided *flight // the attempt whose final answer decided the round
 	closed  bool    // no more hedges
-	waited  int     // times the timer was armed again for an answer arriving
+	waited  int     // times the timer was armed again, the delay proving nothing (hedgeWaits)
 }
 
 // hedged makes one round of attempts: first, and a hedge beside it each
@@ -239,9 +239,9 @@ func (r *round) tick() {
 		r.mu.Unlock() // a hedge with too little time left would not finish either
 		return
 	}
-	if r.waited < arrivingWaits && r.arriving() {
+	if r.waited < hedgeWaits && (r.arriving() || c.order.sharedSlowness(r.first.start)) {
 		r.waited++
-		r.arm(r.delay / arrivingWaits)
+		r.arm(r.delay / hedgeWaits)
 		r.mu.Unlock()
 		return
 	}
@@ -292,11 +292,13 @@ func (r *round) tick() {
 	}
 }
 
-// arrivingWaits is how many times a hedge waits for an answer that is
-// arriving, each for a quarter of the delay: at most one delay more, so that
-// an upstream that sends the start of its answer and stalls is still
-// hedged.
-const arrivingWaits = 4
+// hedgeWaits is how many times a hedge waits, each for a quarter of the
+// delay, while the delay's passing proves nothing: an answer is arriving
+// (round.arriving), or every attempt started since the first is unanswered
+// too (attemptOrder.sharedSlowness). At most one delay more, so that an
+// upstream that sends the start of its answer and stalls, or stalls as a
+// whole, is still hedged.
+const hedgeWaits = 4
 
 // arriving reports whether an attempt of the round in flight has an answer
 // arriving (attempt.Arrival); r.mu is held.
@@ -320,12 +322,16 @@ func (f *flight) takeOff() {
 // fly makes f's attempt and describes how it landed.
 func (r *round) fly(f *flight, body io.ReadCloser) landing {
 	c := r.c
+	c.order.start(f.start)
 	header, _ := c.attemptHeader(f.actx)
 	resp, err := c.t.attempts.AttemptOn(f.actx, c.route, c.req, attempt.Options{Header: header, Body: body, NotBefore: r.notBefore, Provisional: true,
 		Elsewhere: &c.elsewhere, Endpoint: &f.endpoint, Arrival: &f.arrival})
 	now := clock.Now()
 	a := record(resp, err, time.Duration(now-f.start))
 	a.Endpoint = f.endpoint
+	if a.Category == classify.Answered {
+		c.order.answeredFrom(f.start)
+	}
 	return landing{f: f, resp: resp, err: err, a: a, at: now}
 }
 
