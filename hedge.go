@@ -34,6 +34,14 @@ import (
 // flight is ever cancelled for either. A hedge withheld is told to
 // Hooks.BudgetExhausted and counted in outcome.Outcome.HedgesWithheld.
 //
+// The delay's passing is taken as a sign that the attempt is slow only when
+// something says so: a hedge waits, a quarter of the delay at a time and at
+// most one delay more, while the attempt's answer is arriving (its first
+// bytes have reached the machine) or while every attempt of the upstream
+// that started after it is unanswered too (a busy machine, or an upstream
+// stalled as a whole, makes every attempt pass the delay together; a hedge
+// would be as slow). An attempt alone is hedged at the delay.
+//
 // A hedge asks the upstream's connection pool like any attempt: over
 // HTTP/1.1 it gets another connection (the first is busy), over HTTP/2 it
 // may share the first's connection. Dialing a new one on purpose would add
@@ -44,9 +52,10 @@ type Hedging struct {
 	// Delay is how long an attempt runs before a hedge is sent beside it.
 	// Zero means adaptive: the latency within which the upstream answered
 	// 1 − ExtraLoad of its recent attempts, so that hedges add about
-	// ExtraLoad to the attempts sent (Finagle's maxExtraLoad). Until an
-	// upstream has answered enough attempts to tell (64), adaptive hedging
-	// sends no hedge.
+	// ExtraLoad to the attempts sent (Finagle's maxExtraLoad) — less where
+	// the waits described above hold hedges back, as on a busy machine.
+	// Until an upstream has answered enough attempts to tell (64), adaptive
+	// hedging sends no hedge.
 	Delay time.Duration
 
 	// ExtraLoad is the share of extra attempts adaptive hedging aims for;
@@ -235,8 +244,10 @@ func (l *latency) roundEnded(extraLoad float64, hedge bool) {
 }
 
 // correct moves the quantile's correction by half the distance between the
-// share of rounds hedged this window and the target, at most the target
-// either way; l.halve is held.
+// share of rounds hedged this window and the target: up by at most 4/5 of
+// the target, down by at most twice the target (hedges that wait for
+// evidence, see Hedging, are sent for fewer of the attempts past the
+// delay), and never below the median; l.halve is held.
 func (l *latency) correct() {
 	rounds, hedged := l.rounds.Swap(0), l.hedged.Swap(0)
 	if rounds < latencyWindow/4 {
@@ -244,7 +255,8 @@ func (l *latency) correct() {
 	}
 	target := l.target.Load()
 	off := hedged*1_000_000/rounds - target
-	l.adj.Store(min(max(l.adj.Load()+off/2, -target*4/5), target*4/5))
+	lowest := max(-2*target, target-500_000) // the quantile stays at 0.5 or above
+	l.adj.Store(min(max(l.adj.Load()+off/2, lowest), target*4/5))
 }
 
 // timerLate records how late a hedge timer for delay fired (counted at most
