@@ -63,6 +63,7 @@ type upstream struct {
 	forgotten atomic.Bool    // written under Attempter.mu
 	pools     []*pool        // per address (endpoint) and proxy; guarded by Attempter.mu
 	sets      []*endpointSet // per address, with Config.Endpoints; guarded by Attempter.mu
+	routes    []hostKey      // the keys of Attempter.routes that lead to it; guarded by Attempter.mu
 }
 
 // epochMark is the sweep in which an entry was last used.
@@ -231,6 +232,9 @@ func (t *Attempter) Route(req *http.Request) (*Route, error) {
 			r.pool = t.poolLocked(u, req.URL.Scheme, addr, "", proxy, hk.proxy)
 		}
 		if !t.customKey {
+			if old := t.routes[hk]; old == nil || old.up != u {
+				u.routes = append(u.routes, hk)
+			}
 			t.routes[hk] = r
 			t.peaks[1] = max(t.peaks[1], len(t.routes))
 		}
@@ -469,7 +473,6 @@ func (t *Attempter) lastConnGone(p *pool) {
 		}
 	}
 	t.forgetLocked(u)
-	t.dropRoutesLocked()
 	t.shrinkLocked()
 	t.mu.Unlock()
 	t.notifyForgotten([]string{u.key})
@@ -501,7 +504,6 @@ func (t *Attempter) makeRoomLocked() bool {
 		t.forgetLocked(u)
 		keys = append(keys, u.key)
 	}
-	t.dropRoutesLocked()
 	t.toNotify = append(t.toNotify, keys...) // told outside the lock, by the caller
 	return true
 }
@@ -528,16 +530,24 @@ func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	return n
 }
 
-// forgetLocked forgets u and its pools (forgotten, or closed, by the
-// caller); t.mu must be held for writing.
+// forgetLocked forgets u, its pools (forgotten, or closed, by the caller)
+// and the routes to it — by their keys, so that forgetting upstreams one at
+// a time costs each its own routes, not a look at every route; t.mu must be
+// held for writing.
 func (t *Attempter) forgetLocked(u *upstream) {
 	delete(t.upstreams, u.key)
 	u.forgotten.Store(true)
-	u.pools, u.sets = nil, nil
+	for _, hk := range u.routes {
+		if r := t.routes[hk]; r != nil && r.up == u {
+			delete(t.routes, hk)
+		}
+	}
+	u.pools, u.sets, u.routes = nil, nil, nil
 }
 
-// dropRoutesLocked drops the routes to forgotten upstreams or pools; t.mu
-// must be held for writing.
+// dropRoutesLocked drops the routes to forgotten pools of upstreams still
+// known (a forgotten upstream's went with it), looking at every route: the
+// sweep's work, once per sweep; t.mu must be held for writing.
 func (t *Attempter) dropRoutesLocked() {
 	for hk, r := range t.routes {
 		gone := false
