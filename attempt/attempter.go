@@ -412,8 +412,9 @@ type Options struct {
 	// host has one not ejected, and is added to it. Nil: any endpoint.
 	Elsewhere *Elsewhere
 
-	// Arrival, if set, is told the connection the attempt waits on, so
-	// that a hedge timer can ask whether its answer is already arriving.
+	// Arrival, if set, is told how to see the first bytes of the attempt's
+	// answer arrive, so that a hedge timer can ask whether they have (see
+	// Arrival).
 	Arrival *Arrival
 
 	// Endpoint, if set, receives the address ("ip:port") of the endpoint
