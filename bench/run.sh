@@ -8,7 +8,9 @@
 # to the baseline measured in the same round.
 #
 # Environment: ROUNDS (default 11); SCALE multiplies every iteration count
-# (default 1; e.g. SCALE=0.1 for a quick look).
+# (default 1; e.g. SCALE=0.1 for a quick look); ONLY, an extended regular
+# expression, runs only the benchmarks whose path matches it (e.g.
+# ONLY='^Hedging/') and prints their summary instead of writing RESULTS.md.
 # Needs only Go: modules come through the module proxy.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -96,6 +98,18 @@ else
 	echo "redis-server is not installed: the Fleet benchmarks are left out" >&2
 fi
 
+if [[ -n "${ONLY:-}" ]]; then
+	kept=()
+	for b in "${benches[@]}"; do
+		if grep -Eq -- "$ONLY" <<<"${b% *}"; then kept+=("$b"); fi
+	done
+	if ((${#kept[@]} == 0)); then
+		echo "run.sh: ONLY=$ONLY matches no benchmark" >&2
+		exit 2
+	fi
+	benches=("${kept[@]}")
+fi
+
 run_one() { # name iterations
 	local pattern n out
 	pattern="^Benchmark${1//\//\$/^}\$"
@@ -136,6 +150,12 @@ for ((r = 1; r <= rounds; r++)); do
 	done >"raw/round-$r.txt"
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [[ -n "${ONLY:-}" ]]; then
+	echo "library measured: $library; $rounds rounds, $((SECONDS - start)) s" >&2
+	"$work/summarize" raw/round-*.txt
+	exit 0
+fi
 
 {
 	echo "# Peer benchmark results"
