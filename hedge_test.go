@@ -1,7 +1,6 @@
 package outbound_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -511,21 +510,27 @@ func TestPerCallOptionsComposeInEitherOrder(t *testing.T) {
 func startingDial(answer func(n int64, w io.Writer, req *http.Request)) func(context.Context, string, string) (net.Conn, error) {
 	var n atomic.Int64
 	return func(context.Context, string, string) (net.Conn, error) {
-		client, server := net.Pipe()
-		go func() {
-			defer server.Close()
-			r := bufio.NewReader(server)
-			for {
-				req, err := http.ReadRequest(r)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				answer(n.Add(1), server, req)
-			}
-		}()
-		return client, nil
+		return testkit.PipeConn(func(w io.Writer, req *http.Request) bool {
+			answer(n.Add(1), w, req)
+			return true
+		}), nil
 	}
+}
+
+// pipeHedging returns a Transport hedging after delay over dial, inside a
+// synctest bubble, that is closed — and the upstream's work waited out —
+// when the test ends.
+func pipeHedging(t *testing.T, dial func(context.Context, string, string) (net.Conn, error), delay time.Duration) *outbound.Transport {
+	tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial},
+		Hedging: &outbound.Hedging{Delay: delay}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tr.Close()
+		time.Sleep(20 * delay) // the upstream ends its work (fake time)
+	})
+	return tr
 }
 
 // A hedge is not sent while the first attempt's answer is arriving — its
@@ -565,15 +570,7 @@ func TestAHedgeWaitsAtMostOneDelayForAnAnswerThatIsArriving(t *testing.T) {
 						}
 						io.WriteString(w, "Content-Length: 2\r\n\r\nok")
 					})
-					tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial},
-						Hedging: &outbound.Hedging{Delay: delay}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer func() {
-						tr.Close()
-						time.Sleep(20 * delay) // the upstream ends its work
-					}()
+					tr := pipeHedging(t, dial, delay)
 					if warm {
 						warmup, _ := http.NewRequest(http.MethodGet, "http://upstream.test/", nil)
 						if _, _, err := hedgedDo(t, tr, warmup); err != nil {
@@ -632,15 +629,7 @@ func TestAHedgeWaitsWhileEveryAttemptStartedSinceIsUnansweredToo(t *testing.T) {
 					}
 					io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				})
-				tr, err := outbound.New(outbound.Config{HTTPTransport: &http.Transport{DialContext: dial},
-					Hedging: &outbound.Hedging{Delay: delay}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					tr.Close()
-					time.Sleep(20 * delay) // the upstream ends its work
-				}()
+				tr := pipeHedging(t, dial, delay)
 				if tc.y != 0 {
 					go func() {
 						time.Sleep(delay * 2 / 5)

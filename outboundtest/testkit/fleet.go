@@ -164,6 +164,21 @@ func PipeDial(answer func(addr string) string) func(context.Context, string, str
 // servePipe returns the client's end of an in-memory connection whose other
 // end answers each request with answer's raw response.
 func servePipe(addr string, answer func(addr string, req *http.Request) string) net.Conn {
+	return PipeConn(func(w io.Writer, req *http.Request) bool {
+		resp := answer(addr, req)
+		if resp == "" {
+			return false
+		}
+		_, err := io.WriteString(w, resp)
+		return err == nil && !strings.Contains(resp, "\r\nConnection: close\r\n")
+	})
+}
+
+// PipeConn returns the client's end of an in-memory connection whose other
+// end reads requests (their bodies to the end) and gives each to serve,
+// which writes the raw response as it likes — in pieces, with pauses — and
+// says whether to read the next request on the connection.
+func PipeConn(serve func(w io.Writer, req *http.Request) bool) net.Conn {
 	client, server := net.Pipe()
 	go func() {
 		defer server.Close()
@@ -174,11 +189,7 @@ func servePipe(addr string, answer func(addr string, req *http.Request) string) 
 				return
 			}
 			_, _ = io.Copy(io.Discard, req.Body)
-			resp := answer(addr, req)
-			if resp == "" {
-				return
-			}
-			if _, err := io.WriteString(server, resp); err != nil || strings.Contains(resp, "\r\nConnection: close\r\n") {
+			if !serve(server, req) {
 				return
 			}
 		}
