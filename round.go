@@ -303,7 +303,10 @@ const hedgeWaits = 4
 // arriving reports whether an attempt of the round in flight has an answer
 // arriving (attempt.Arrival); r.mu is held.
 func (r *round) arriving() bool {
-	for _, f := range append([]*flight{r.first}, r.hedges...) {
+	if !r.first.landed && r.first.arrival.Arriving() {
+		return true
+	}
+	for _, f := range r.hedges {
 		if !f.landed && f.arrival.Arriving() {
 			return true
 		}

@@ -16,19 +16,19 @@ import (
 //
 // Its zero value is ready to use; Options.Arrival gives it to an attempt.
 type Arrival struct {
-	on    atomic.Pointer[arrivalOn]
+	// on is the HTTP/1 connection the attempt waits on, and read what had
+	// been read from it when the attempt took it: read is stored before
+	// on, so that a reader that sees on sees its read.
+	on    atomic.Pointer[countingConn]
+	read  atomic.Int64
 	first atomic.Bool // net/http has read the answer's first byte
-}
-
-type arrivalOn struct {
-	c    *countingConn
-	read int64 // what had been read from c when the attempt took it
 }
 
 // watch notes that the attempt is alone on the HTTP/1 connection c: every
 // byte that comes on it is the attempt's answer.
 func (a *Arrival) watch(c *countingConn) {
-	a.on.Store(&arrivalOn{c: c, read: c.read.Load()})
+	a.read.Store(c.read.Load())
+	a.on.Store(c)
 }
 
 func (a *Arrival) gotFirstByte() { a.first.Store(true) }
@@ -47,8 +47,8 @@ func (a *Arrival) Arriving() bool {
 	if a.first.Load() {
 		return true
 	}
-	on := a.on.Load()
-	return on != nil && (on.c.read.Load() > on.read || on.c.unread() > 0)
+	c := a.on.Load()
+	return c != nil && (c.read.Load() > a.read.Load() || c.unread() > 0)
 }
 
 // unread returns how many bytes the socket under c holds that nothing has
