@@ -372,13 +372,14 @@ func check(t *testing.T, report *strings.Builder, proto, phase string, ob, bare 
 	}
 }
 
-// proxyAnswered reports whether r ended with the proxy's own answer, a
-// status other than 200: HAProxy answers 502 when the backend connection it
-// forwarded a request on fails, whether or not the backend executed it
-// (seen in the hard-stop phase over HTTP/1.1 with TLS, for POSTs the backend
-// never executed). The client learns only the answer; a non-idempotent
-// request is not sent again after it, by outbound or net/http, and the call
-// counts as failed in the comparison with net/http.
+// proxyAnswered reports whether r failed after an answer (outcome
+// Committed): a status other than 200, or an answer whose body broke. The
+// first is the proxy's own verdict: HAProxy answers 502 when the backend
+// connection it forwarded a request on fails, whether or not the backend
+// executed it (seen in the hard-stop phase over HTTP/1.1 with TLS, for POSTs
+// the backend never executed). The client learns only the answer; a
+// non-idempotent request is not sent again after it, by outbound or
+// net/http, and the call counts as failed in the comparison with net/http.
 func proxyAnswered(r result) bool {
 	return r.out != nil && r.out.Commit == outcome.Committed
 }
